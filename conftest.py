@@ -1,0 +1,1 @@
+"""pytest wiring: scenario collection lands here with the harness (issue 4)."""

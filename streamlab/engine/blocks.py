@@ -1,0 +1,136 @@
+"""BlockManager: the sole owner of which cache blocks are free and who holds the rest.
+
+Strict by design: freeing an unknown block, a refcount going below zero, or releasing a
+sequence twice raises. A ledger counts allocations and releases per sequence so that
+"every sequence released exactly once and the pool is whole" can be asserted afterwards.
+No torch here: blocks are ids, the tensors live in cache.py.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+from streamlab.errors import BlockAccountingError, DoubleRelease
+
+
+@dataclass
+class LedgerEntry:
+    blocks: int = 0
+    allocations: int = 0
+    releases: int = 0
+    double_release_attempts: int = 0
+
+
+class Ledger:
+    """Per-sequence allocation and release counts, kept for the life of the engine."""
+
+    def __init__(self) -> None:
+        self.entries: dict[int, LedgerEntry] = {}
+        self.double_release_attempts = 0
+
+    def entry(self, seq_id: int) -> LedgerEntry:
+        return self.entries.setdefault(seq_id, LedgerEntry())
+
+    @property
+    def releases(self) -> int:
+        return sum(e.releases for e in self.entries.values())
+
+    @property
+    def allocations(self) -> int:
+        return sum(e.allocations for e in self.entries.values())
+
+    def problems(self) -> list[str]:
+        """Sequences not allocated-and-released exactly once (only meaningful when idle)."""
+        out = []
+        for seq_id, e in self.entries.items():
+            if e.allocations != 1 or e.releases != 1:
+                out.append(f"sequence {seq_id}: allocated {e.allocations}x, released {e.releases}x")
+        if self.double_release_attempts:
+            out.append(f"{self.double_release_attempts} double-release attempt(s)")
+        return out
+
+
+class BlockManager:
+    def __init__(self, num_blocks: int) -> None:
+        self.num_blocks = num_blocks
+        self._free: deque[int] = deque(range(num_blocks))
+        self._refcount = [0] * num_blocks
+        self._tables: dict[int, list[int]] = {}
+        self.ledger = Ledger()
+
+    @property
+    def num_free(self) -> int:
+        return len(self._free)
+
+    @property
+    def num_held(self) -> int:
+        return self.num_blocks - len(self._free)
+
+    def holds(self, seq_id: int) -> bool:
+        return seq_id in self._tables
+
+    def holders(self) -> set[int]:
+        return set(self._tables)
+
+    def can_allocate(self, num_blocks: int) -> bool:
+        return num_blocks <= len(self._free)
+
+    def allocate(self, seq_id: int, num_blocks: int) -> list[int]:
+        if seq_id in self._tables:
+            raise BlockAccountingError(f"sequence {seq_id} already holds blocks")
+        if not self.can_allocate(num_blocks):
+            raise BlockAccountingError(f"asked for {num_blocks} blocks with {len(self._free)} free")
+        table = [self._free.popleft() for _ in range(num_blocks)]
+        for block in table:
+            self._refcount[block] += 1
+        self._tables[seq_id] = table
+        entry = self.ledger.entry(seq_id)
+        entry.allocations += 1
+        entry.blocks = num_blocks
+        return list(table)
+
+    def release(self, seq_id: int) -> int:
+        """Return a sequence's blocks to the pool. The only way blocks come back."""
+        entry = self.ledger.entries.get(seq_id)
+        if seq_id not in self._tables:
+            if entry is not None and entry.releases:
+                entry.double_release_attempts += 1
+                self.ledger.double_release_attempts += 1
+                raise DoubleRelease(f"sequence {seq_id} was already released")
+            raise BlockAccountingError(f"sequence {seq_id} holds no blocks")
+        table = self._tables.pop(seq_id)
+        for block in table:
+            self._free_block(block)
+        self.ledger.entry(seq_id).releases += 1
+        return len(table)
+
+    def _free_block(self, block: int) -> None:
+        if not 0 <= block < self.num_blocks:
+            raise BlockAccountingError(f"unknown block {block}")
+        if self._refcount[block] <= 0:
+            raise BlockAccountingError(f"block {block} refcount would go below zero")
+        self._refcount[block] -= 1
+        if self._refcount[block] == 0:
+            self._free.append(block)
+
+    def check_invariants(self) -> list[str]:
+        """Free + held by live sequences == total, and no block in two tables or both free and held."""
+        problems = []
+        held = [b for table in self._tables.values() for b in table]
+        if len(set(held)) != len(held):
+            problems.append("a block appears in two block tables")
+        if len(set(self._free)) != len(self._free):
+            problems.append("a block appears twice in the free list")
+        free = set(self._free)
+        overlap = set(held) & free
+        if overlap:
+            problems.append(f"blocks both free and held: {sorted(overlap)[:8]}")
+        if len(self._free) + len(held) != self.num_blocks:
+            problems.append(f"free {len(self._free)} + held {len(held)} != total {self.num_blocks}")
+        for block, count in enumerate(self._refcount):
+            expected = 0 if block in free else 1
+            if count != expected:
+                problems.append(f"block {block} refcount {count}, expected {expected}")
+                break
+        return problems

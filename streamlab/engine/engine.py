@@ -1,0 +1,266 @@
+"""BatchEngine: add, cancel, pause, resume, stop, and step(). No clock, no asyncio, no I/O.
+
+step() is one round: (1) apply the inbox; (2) admit waiting requests in order while there
+are slots and blocks, prefilling each, which makes its first token; (3) decode one token for
+every other running, unpaused sequence in one batched pass over the paged cache; (4) return
+the events. Other threads only record wishes in the inbox, so nothing is removed while its
+tensors are in use, and release happens at step boundaries in one place (Scheduler.finish).
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from dataclasses import dataclass, field
+
+import torch
+
+from streamlab.config import EngineConfig
+from streamlab.engine.blocks import BlockManager
+from streamlab.engine.scheduler import Scheduler
+from streamlab.engine.sequence import FinishReason, Sequence, SequenceStatus, StopCheck
+from streamlab.errors import DuplicateRequest, RequestError, RequestTooLarge
+from streamlab.model import GPT2, AttentionGroup, DecodeBatch
+from streamlab.sampling import SamplingParams, make_rng, sample
+
+
+@dataclass(frozen=True)
+class TokenEvent:
+    request_id: str
+    index: int  # 0 for the first generated token
+    token_id: int
+
+
+@dataclass(frozen=True)
+class FinishEvent:
+    request_id: str
+    reason: FinishReason
+    completion_tokens: int
+    step: int  # the step in which the sequence ended (and its blocks, if any, went back)
+
+
+@dataclass(frozen=True)
+class StepOutput:
+    step: int
+    tokens: list[TokenEvent]
+    finished: list[FinishEvent]
+    prefilled: int
+    decoded: int
+
+
+@dataclass(frozen=True)
+class EngineStats:
+    blocks_total: int
+    blocks_free: int
+    blocks_reserved: int
+    waiting: int
+    running: int
+    paused: int
+    releases: int
+    double_release_attempts: int
+    steps: int
+    tokens_generated: int
+    requests_submitted: int
+    requests_finished: int
+    finished_by_reason: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class _Wish:
+    kind: str  # "submit" | "cancel" | "pause" | "resume" | "stop"
+    request_id: str
+    seq: Sequence | None = None
+
+
+class BatchEngine:
+    def __init__(self, model: GPT2, config: EngineConfig = EngineConfig()) -> None:
+        self.model = model
+        self.config = config
+        self.cache = model.new_cache(config.cache)
+        self.blocks = BlockManager(config.cache.num_blocks)
+        self.scheduler = Scheduler(config, self.blocks)
+        self._inbox: list[_Wish] = []
+        self._inbox_lock = threading.Lock()
+        self._state_lock = threading.Lock()  # held for bookkeeping, never during a forward pass
+        self._step_lock = threading.Lock()  # one step at a time
+        self._seq_ids = itertools.count()
+        self._live: dict[str, Sequence] = {}  # submitted and not yet finished, inbox included
+        self._steps = 0
+        self._tokens_generated = 0
+        self._submitted = 0
+        self._finished_by_reason: dict[str, int] = {r.value: 0 for r in FinishReason}
+
+    # ---- wishes: thread-safe, carried out by the next step ----
+
+    def submit(self, request_id: str, prompt_ids: list[int], params: SamplingParams,
+               stop_check: StopCheck | None = None) -> None:
+        """Queue a request; refuse at once one that can never fit."""
+        if not prompt_ids:
+            raise RequestError("the prompt has no tokens")
+        need_tokens = len(prompt_ids) + params.max_new_tokens
+        limit = self.model.shape.n_positions
+        if need_tokens > limit:
+            raise RequestTooLarge(f"prompt ({len(prompt_ids)} tokens) plus max_new_tokens ({params.max_new_tokens}) "
+                                  f"is {need_tokens}, over the model's context of {limit}")
+        need_blocks = self.config.cache.blocks_for(need_tokens)
+        if need_blocks > self.config.cache.num_blocks:
+            raise RequestTooLarge(f"needs {need_blocks} cache blocks, the whole cache has {self.config.cache.num_blocks}")
+        vocab = self.model.shape.vocab_size
+        if not all(0 <= t < vocab for t in prompt_ids):
+            raise RequestError(f"prompt token ids must be in [0, {vocab})")
+        seq = Sequence(next(self._seq_ids), request_id, list(prompt_ids), params, stop_check, make_rng(params))
+        with self._inbox_lock:
+            if request_id in self._live:
+                raise DuplicateRequest(f"request id {request_id!r} is already in the engine")
+            self._live[request_id] = seq
+            self._submitted += 1
+            self._inbox.append(_Wish("submit", request_id, seq))
+
+    def cancel(self, request_id: str) -> None:
+        """End a request at the next step; harmless if it already ended or is cancelled twice."""
+        self._wish("cancel", request_id)
+
+    def stop(self, request_id: str) -> None:
+        """End a request with reason `stop` at the next step (before it makes another token)."""
+        self._wish("stop", request_id)
+
+    def pause(self, request_id: str) -> None:
+        """Leave the decode batch; blocks and slot are kept."""
+        self._wish("pause", request_id)
+
+    def resume(self, request_id: str) -> None:
+        self._wish("resume", request_id)
+
+    def _wish(self, kind: str, request_id: str) -> None:
+        with self._inbox_lock:
+            self._inbox.append(_Wish(kind, request_id))
+
+    # ---- the step ----
+
+    def has_work(self) -> bool:
+        with self._inbox_lock:
+            if self._inbox:
+                return True
+        return bool(self.scheduler.waiting or self.scheduler.running)
+
+    def step(self) -> StepOutput:
+        if not self._step_lock.acquire(blocking=False):
+            raise RuntimeError("step() called while another step is running")
+        try:
+            return self._step()
+        finally:
+            self._step_lock.release()
+
+    def _step(self) -> StepOutput:
+        step = self._steps + 1
+        finished: list[FinishEvent] = []
+        with self._state_lock:
+            self._apply_inbox(step, finished)
+            batch = self.scheduler.schedule(step)
+        made: list[tuple[Sequence, int]] = []
+        for seq in batch.prefills:
+            slots = self.cache.slots_for(seq.block_table, 0, len(seq.prompt_ids))
+            logits = self.model.prefill(seq.prompt_ids, slots, self.cache)
+            made.append((seq, sample(logits, seq.params, seq.rng)))
+        if batch.decodes:
+            logits = self.model.decode(self._decode_batch(batch.decodes), self.cache)
+            made.extend((seq, sample(logits[i], seq.params, seq.rng)) for i, seq in enumerate(batch.decodes))
+        tokens: list[TokenEvent] = []
+        with self._state_lock:
+            for seq, token_id in made:
+                tokens.append(TokenEvent(seq.request_id, len(seq.output_ids), token_id))
+                reason = self.scheduler.postprocess(seq, token_id, self.model.eos_token_id)
+                if reason is not None:
+                    self._finish(seq, reason, step, finished)
+            self._tokens_generated += len(made)
+            self._steps = step
+        return StepOutput(step, tokens, finished, len(batch.prefills), len(batch.decodes))
+
+    def _apply_inbox(self, step: int, finished: list[FinishEvent]) -> None:
+        with self._inbox_lock:
+            wishes, self._inbox = self._inbox, []
+        for wish in wishes:
+            if wish.kind == "submit":
+                self.scheduler.add(wish.seq)
+                continue
+            seq = self._live.get(wish.request_id)
+            if seq is None or seq.status is SequenceStatus.FINISHED:
+                continue  # ended already, or never existed: a late wish is harmless
+            if wish.kind == "cancel":
+                self._finish(seq, FinishReason.CANCELLED, step, finished)
+            elif wish.kind == "stop":
+                self._finish(seq, FinishReason.STOP, step, finished)
+            elif wish.kind == "pause":
+                seq.paused = True
+            elif wish.kind == "resume":
+                seq.paused = False
+
+    def _finish(self, seq: Sequence, reason: FinishReason, step: int, finished: list[FinishEvent]) -> None:
+        self.scheduler.finish(seq, reason, step)
+        with self._inbox_lock:
+            if self._live.get(seq.request_id) is seq:
+                del self._live[seq.request_id]
+        self._finished_by_reason[reason.value] += 1
+        finished.append(FinishEvent(seq.request_id, reason, len(seq.output_ids), step))
+
+    def _decode_batch(self, seqs: list[Sequence]) -> DecodeBatch:
+        bs = self.config.cache.block_size
+        positions = [s.num_tokens - 1 for s in seqs]  # the last token is fed now
+        write_slots = [s.block_table[p // bs] * bs + p % bs for s, p in zip(seqs, positions)]
+        # Group by the power-of-two block count that covers each context: a sequence's
+        # attention length depends on its own context only (see model.py).
+        by_bucket: dict[int, list[int]] = {}
+        for row, p in enumerate(positions):
+            need = p // bs + 1
+            by_bucket.setdefault(1 << (need - 1).bit_length(), []).append(row)
+        groups = []
+        for nb, rows in sorted(by_bucket.items()):
+            slots = self.cache.padded_slots([seqs[r].block_table for r in rows], nb)
+            context = torch.tensor([positions[r] + 1 for r in rows])
+            masked = torch.arange(nb * bs)[None, :] >= context[:, None]
+            groups.append(AttentionGroup(torch.tensor(rows), slots, masked))
+        return DecodeBatch(torch.tensor([s.last_token for s in seqs]), torch.tensor(positions),
+                           torch.tensor(write_slots), groups)
+
+    # ---- inspection ----
+
+    def stats(self) -> EngineStats:
+        with self._state_lock:
+            with self._inbox_lock:
+                pending = sum(1 for w in self._inbox if w.kind == "submit")
+            sched = self.scheduler
+            return EngineStats(
+                blocks_total=self.blocks.num_blocks, blocks_free=self.blocks.num_free,
+                blocks_reserved=self.blocks.num_held, waiting=len(sched.waiting) + pending,
+                running=len(sched.running), paused=sum(1 for s in sched.running if s.paused),
+                releases=self.blocks.ledger.releases,
+                double_release_attempts=self.blocks.ledger.double_release_attempts,
+                steps=self._steps, tokens_generated=self._tokens_generated,
+                requests_submitted=self._submitted, requests_finished=sum(self._finished_by_reason.values()),
+                finished_by_reason=dict(self._finished_by_reason))
+
+    def check_invariants(self) -> list[str]:
+        """Broken invariants of the block pool and the scheduler; empty when healthy."""
+        with self._state_lock:
+            problems = self.blocks.check_invariants()
+            sched = self.scheduler
+            for seq in sched.running:
+                if not self.blocks.holds(seq.seq_id):
+                    problems.append(f"running sequence {seq.request_id!r} holds no blocks")
+                elif len(seq.block_table) != sched.blocks_needed(seq):
+                    problems.append(f"sequence {seq.request_id!r} holds {len(seq.block_table)} blocks, "
+                                    f"needs {sched.blocks_needed(seq)}")
+            for seq in sched.waiting:
+                if self.blocks.holds(seq.seq_id):
+                    problems.append(f"waiting sequence {seq.request_id!r} holds blocks")
+            if len(sched.running) > self.config.max_batch:
+                problems.append(f"{len(sched.running)} running, over max_batch {self.config.max_batch}")
+            live_ids = {s.seq_id for s in sched.running}
+            held_ids = self.blocks.holders()
+            if held_ids != live_ids:
+                problems.append(f"blocks held by sequences not running: {sorted(held_ids - live_ids)[:8]}")
+            return problems
+
+    def check_released(self) -> list[str]:
+        """When idle: every sequence that was admitted was released exactly once."""
+        return self.blocks.ledger.problems()

@@ -1,0 +1,77 @@
+"""Queues and admission: schedule() -> ScheduledBatch, postprocess, finish. No tensors.
+
+Admission is in arrival order: the head of the waiting queue is admitted when there is a
+batch slot and the BlockManager can reserve every block it can ever need (prompt plus
+max_new_tokens); if it cannot, nobody behind it jumps the queue.
+`finish()` is the one place a sequence's blocks go back.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+from streamlab.config import EngineConfig
+from streamlab.engine.blocks import BlockManager
+from streamlab.engine.sequence import FinishReason, Sequence, SequenceStatus
+
+
+@dataclass(frozen=True)
+class ScheduledBatch:
+    prefills: list[Sequence]  # admitted in this step: their prefill makes their first token
+    decodes: list[Sequence]  # running, not paused, admitted earlier: one token each
+
+
+class Scheduler:
+    def __init__(self, config: EngineConfig, blocks: BlockManager) -> None:
+        self.config = config
+        self.blocks = blocks
+        self.waiting: deque[Sequence] = deque()
+        self.running: list[Sequence] = []
+
+    def add(self, seq: Sequence) -> None:
+        self.waiting.append(seq)
+
+    def blocks_needed(self, seq: Sequence) -> int:
+        return self.config.cache.blocks_for(seq.max_tokens)
+
+    def schedule(self, step: int) -> ScheduledBatch:
+        admitted: list[Sequence] = []
+        while self.waiting and len(self.running) < self.config.max_batch:
+            seq = self.waiting[0]
+            need = self.blocks_needed(seq)
+            if not self.blocks.can_allocate(need):
+                break
+            self.waiting.popleft()
+            seq.block_table = self.blocks.allocate(seq.seq_id, need)
+            seq.status = SequenceStatus.RUNNING
+            seq.admitted_step = step
+            self.running.append(seq)
+            admitted.append(seq)
+        fresh = {id(s) for s in admitted}
+        decodes = [s for s in self.running if not s.paused and id(s) not in fresh]
+        return ScheduledBatch(admitted, decodes)
+
+    def postprocess(self, seq: Sequence, token_id: int, eos_token_id: int | None) -> FinishReason | None:
+        """Record a new token; say whether it ends the sequence (the caller then calls finish)."""
+        seq.output_ids.append(token_id)
+        stop_hit = seq.stop_check is not None and seq.stop_check(token_id)
+        if not seq.params.ignore_eos and eos_token_id is not None and token_id == eos_token_id:
+            return FinishReason.EOS
+        if stop_hit:
+            return FinishReason.STOP
+        if len(seq.output_ids) >= seq.params.max_new_tokens:
+            return FinishReason.LENGTH
+        return None
+
+    def finish(self, seq: Sequence, reason: FinishReason, step: int) -> None:
+        """End a sequence. The only place blocks are released; a second release raises."""
+        if seq.status is SequenceStatus.WAITING:
+            self.waiting.remove(seq)
+        elif seq.status is SequenceStatus.RUNNING:
+            self.running.remove(seq)
+        seq.status = SequenceStatus.FINISHED
+        seq.finish_reason = reason
+        seq.finished_step = step
+        if seq.admitted_step is not None:
+            self.blocks.release(seq.seq_id)
