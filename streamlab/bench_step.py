@@ -1,0 +1,111 @@
+"""`streamlab bench step`: median decode-step time, paged engine vs transformers' contiguous cache.
+
+Both run in the same process and the same run, interleaved per batch size, on the same
+weights: ours is BatchEngine.step() with only decodes in it (scheduling, the paged forward,
+sampling, events); the baseline is GPT2LMHeadModel's forward with its own KV cache plus the
+argmax. Prompts all have the same length, so the baseline needs no padding.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import os
+import platform
+import statistics
+import time
+from pathlib import Path
+
+import torch
+from transformers import GPT2LMHeadModel
+
+from streamlab.config import CacheConfig, EngineConfig
+from streamlab.engine.engine import BatchEngine
+from streamlab.models import LoadedModel
+from streamlab.prompts import shipped_prompts
+from streamlab.sampling import SamplingParams
+
+
+def fixed_length_prompts(loaded: LoadedModel, count: int, length: int) -> list[list[int]]:
+    out = []
+    for text in shipped_prompts():
+        ids = loaded.tokenizer.encode(text)
+        if len(ids) >= length:
+            out.append(ids[:length])
+        if len(out) == count:
+            return out
+    raise ValueError(f"fewer than {count} shipped prompts have {length} tokens")
+
+
+def paged_step_ms(loaded: LoadedModel, prompts: list[list[int]], steps: int, warmup: int) -> list[float]:
+    batch = len(prompts)
+    new_tokens = steps + warmup + 1
+    cache = CacheConfig(num_blocks=batch * CacheConfig().blocks_for(len(prompts[0]) + new_tokens))
+    engine = BatchEngine(loaded.model, EngineConfig(max_batch=batch, cache=cache))
+    for i, ids in enumerate(prompts):
+        engine.submit(str(i), ids, SamplingParams(max_new_tokens=new_tokens, ignore_eos=True))
+    engine.step()  # admission and every prefill
+    times = []
+    for _ in range(warmup + steps):
+        t0 = time.perf_counter()
+        out = engine.step()
+        times.append((time.perf_counter() - t0) * 1e3)
+        if out.decoded != batch or out.prefilled:
+            raise RuntimeError(f"expected a pure decode step of {batch}, got {out}")
+    return times[warmup:]
+
+
+# transformers 5.x renamed `past_key_values` to `cache`, in arguments and outputs.
+_CACHE_ARG = "cache" if "cache" in inspect.signature(GPT2LMHeadModel.forward).parameters else "past_key_values"
+
+
+def hf_decode(hf: torch.nn.Module, input_ids: torch.Tensor, past: object | None) -> tuple[torch.Tensor, object]:
+    """One forward with transformers' own contiguous KV cache: (logits, cache)."""
+    kwargs = {_CACHE_ARG: past} if past is not None else {}
+    out = hf(input_ids, use_cache=True, **kwargs)
+    return out.logits, out.get(_CACHE_ARG)
+
+
+@torch.inference_mode()
+def contiguous_step_ms(hf: torch.nn.Module, prompts: list[list[int]], steps: int, warmup: int) -> list[float]:
+    logits, past = hf_decode(hf, torch.tensor(prompts), None)
+    nxt = logits[:, -1].argmax(-1, keepdim=True)
+    times = []
+    for _ in range(warmup + steps):
+        t0 = time.perf_counter()
+        logits, past = hf_decode(hf, nxt, past)
+        nxt = logits[:, -1].argmax(-1, keepdim=True)
+        times.append((time.perf_counter() - t0) * 1e3)
+    return times[warmup:]
+
+
+def machine() -> dict:
+    return {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
+            "cpus": os.cpu_count(), "torch": torch.__version__, "torch_threads": torch.get_num_threads()}
+
+
+def run_step_bench(loaded: LoadedModel, batch_sizes: list[int], prompt_len: int, steps: int, repeats: int,
+                   warmup: int = 3) -> dict:
+    hf = loaded.hf_model()
+    prompts = fixed_length_prompts(loaded, max(batch_sizes), prompt_len)
+    rows = []
+    for b in batch_sizes:
+        paged, contiguous = [], []
+        for _ in range(repeats):  # interleaved, so drift on a shared machine hits both
+            paged.append(statistics.median(paged_step_ms(loaded, prompts[:b], steps, warmup)))
+            contiguous.append(statistics.median(contiguous_step_ms(hf, prompts[:b], steps, warmup)))
+        p, c = statistics.median(paged), statistics.median(contiguous)
+        rows.append({"batch": b, "paged_ms": p, "paged_ms_min": min(paged), "paged_ms_max": max(paged),
+                     "contiguous_ms": c, "contiguous_ms_min": min(contiguous), "contiguous_ms_max": max(contiguous),
+                     "paged_over_contiguous": p / c, "paged_tokens_per_s": b / p * 1e3,
+                     "contiguous_tokens_per_s": b / c * 1e3})
+    base = rows[0]["paged_tokens_per_s"]
+    for r in rows:
+        r["paged_throughput_vs_first"] = r["paged_tokens_per_s"] / base
+    return {"model": loaded.name, "prompt_tokens": prompt_len, "steps": steps, "repeats": repeats,
+            "machine": machine(), "rows": rows}
+
+
+def write_json(result: dict, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result, indent=2) + "\n")
