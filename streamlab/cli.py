@@ -6,8 +6,10 @@ import argparse
 import sys
 from pathlib import Path
 
+from streamlab.config import CacheConfig, EngineConfig, ServiceConfig
 from streamlab.errors import ModelLoadError
 from streamlab.models import PRESETS
+from streamlab.policies import BackpressureConfig, Policy
 
 
 def _int_list(text: str) -> list[int]:
@@ -30,6 +32,27 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--streams", type=int, default=8)
     demo.add_argument("--max-new-tokens", type=int, default=64)
 
+    serve = sub.add_parser("serve", help="serve the model over HTTP with SSE streaming",
+                           formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    serve.add_argument("--model", default="tiny", help=model_help)
+    serve.add_argument("--host", default="127.0.0.1", help="address to bind (loopback by default)")
+    serve.add_argument("--port", type=int, default=8000)
+    serve.add_argument("--policy", choices=[p.value for p in Policy], default=Policy.PAUSE.value,
+                       help="who pays for a slow reader")
+    serve.add_argument("--queue-limit", type=int, default=8, help="events queued per stream before the policy acts")
+    serve.add_argument("--stall-timeout", type=float, default=0.25,
+                       help="seconds at the queue limit before drop/pause_then_drop cancel a stream")
+    serve.add_argument("--max-batch", type=int, default=32, help="sequences decoded together")
+    serve.add_argument("--cache-blocks", type=int, default=1024, help="KV cache blocks in the pool")
+    serve.add_argument("--block-size", type=int, default=16, help="tokens per cache block")
+    serve.add_argument("--waiting-limit", type=int, default=64, help="requests waiting for a slot before 429")
+    serve.add_argument("--max-tokens-budget", type=int, default=1024, help="prompt + max_new_tokens per request")
+    serve.add_argument("--keepalive", type=float, default=15.0, help="seconds between keep-alive comments when idle")
+    serve.add_argument("--graceful-timeout", type=float, default=5.0,
+                       help="seconds running streams may finish after SIGTERM before they are ended")
+    serve.add_argument("--lab", action="store_true", help="allow pad_bytes and response_class (measurements only)")
+    serve.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
+
     bench = sub.add_parser("bench", help="benchmarks")
     bench_sub = bench.add_subparsers(dest="bench", required=True)
     step = bench_sub.add_parser("step", help="decode-step time: paged engine vs transformers' contiguous cache")
@@ -42,8 +65,32 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def service_config(args: argparse.Namespace) -> ServiceConfig:
+    try:
+        return ServiceConfig(
+            model=args.model,
+            engine=EngineConfig(max_batch=args.max_batch, cache=CacheConfig(args.cache_blocks, args.block_size)),
+            backpressure=BackpressureConfig(Policy(args.policy), args.queue_limit, args.stall_timeout),
+            waiting_limit=args.waiting_limit, max_tokens_budget=args.max_tokens_budget, keepalive_s=args.keepalive,
+            graceful_timeout_s=args.graceful_timeout, lab=args.lab)
+    except ValueError as exc:
+        raise SystemExit(f"streamlab serve: {exc}") from None
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.command == "serve":
+        from streamlab.models import load_model
+        from streamlab.server import serve
+
+        config = service_config(args)
+        try:
+            load_model(config.model)  # fail here, in one line, rather than inside the server's start-up
+        except ModelLoadError as exc:
+            print(f"streamlab: {exc}", file=sys.stderr)
+            return 2
+        serve(config, args.host, args.port, args.log_level)
+        return 0
     from rich.console import Console
 
     from streamlab.models import load_model

@@ -1,9 +1,16 @@
 """Exceptions, and the HTTP status each one maps to.
 
     StreamlabError
-    ├── RequestError                    the client's fault; refused before any work
+    ├── RequestError                    refused before the first byte (400 unless below)
+    │   ├── InvalidJSON                 the body is not JSON (400)
+    │   ├── InvalidRequest              JSON of the wrong shape or types (422)
     │   ├── RequestTooLarge             can never fit: budget, context or cache (422)
-    │   └── DuplicateRequest            request id already known to the engine (409)
+    │   ├── BodyTooLarge                the body is over the size limit (413)
+    │   ├── UnsupportedMediaType        not application/json (415)
+    │   ├── NotAllowed                  a lab-only option without --lab (403)
+    │   ├── DuplicateRequest            request id already known to the engine (409)
+    │   ├── Overloaded                  the waiting limit is reached (429, Retry-After)
+    │   └── ShuttingDown                the server is draining (503)
     ├── ModelLoadError                  a model name or path that cannot be loaded
     └── InvariantViolation              the engine's books do not balance (a bug)
         ├── DoubleRelease               a sequence's blocks released a second time
@@ -21,8 +28,36 @@ class RequestError(StreamlabError):
     error_type = "invalid_request"
 
 
+class InvalidJSON(RequestError):
+    error_type = "invalid_json"
+
+
+class InvalidRequest(RequestError):
+    error_type = "invalid_request"
+
+
 class RequestTooLarge(RequestError):
     error_type = "request_too_large"
+
+
+class BodyTooLarge(RequestError):
+    error_type = "body_too_large"
+
+
+class UnsupportedMediaType(RequestError):
+    error_type = "unsupported_media_type"
+
+
+class NotAllowed(RequestError):
+    error_type = "not_allowed"
+
+
+class Overloaded(RequestError):
+    error_type = "overloaded"
+
+
+class ShuttingDown(RequestError):
+    error_type = "shutting_down"
 
 
 class DuplicateRequest(RequestError):
@@ -46,8 +81,15 @@ class BlockAccountingError(InvariantViolation):
 
 
 HTTP_STATUS: dict[type[StreamlabError], int] = {
+    InvalidJSON: 400,
+    InvalidRequest: 422,
     RequestTooLarge: 422,
+    BodyTooLarge: 413,
+    UnsupportedMediaType: 415,
+    NotAllowed: 403,
     DuplicateRequest: 409,
+    Overloaded: 429,
+    ShuttingDown: 503,
     RequestError: 400,
 }
 

@@ -28,17 +28,25 @@ class Ledger:
     def __init__(self) -> None:
         self.entries: dict[int, LedgerEntry] = {}
         self.double_release_attempts = 0
+        self.allocations = 0
+        self.releases = 0
+        self.blocks_allocated = 0
+        self.blocks_released = 0
 
     def entry(self, seq_id: int) -> LedgerEntry:
         return self.entries.setdefault(seq_id, LedgerEntry())
 
-    @property
-    def releases(self) -> int:
-        return sum(e.releases for e in self.entries.values())
+    def record_allocation(self, seq_id: int, num_blocks: int) -> None:
+        entry = self.entry(seq_id)
+        entry.allocations += 1
+        entry.blocks = num_blocks
+        self.allocations += 1
+        self.blocks_allocated += num_blocks
 
-    @property
-    def allocations(self) -> int:
-        return sum(e.allocations for e in self.entries.values())
+    def record_release(self, seq_id: int, num_blocks: int) -> None:
+        self.entry(seq_id).releases += 1
+        self.releases += 1
+        self.blocks_released += num_blocks
 
     def problems(self) -> list[str]:
         """Sequences not allocated-and-released exactly once (only meaningful when idle)."""
@@ -85,9 +93,7 @@ class BlockManager:
         for block in table:
             self._refcount[block] += 1
         self._tables[seq_id] = table
-        entry = self.ledger.entry(seq_id)
-        entry.allocations += 1
-        entry.blocks = num_blocks
+        self.ledger.record_allocation(seq_id, num_blocks)
         return list(table)
 
     def release(self, seq_id: int) -> int:
@@ -102,7 +108,7 @@ class BlockManager:
         table = self._tables.pop(seq_id)
         for block in table:
             self._free_block(block)
-        self.ledger.entry(seq_id).releases += 1
+        self.ledger.record_release(seq_id, len(table))
         return len(table)
 
     def _free_block(self, block: int) -> None:

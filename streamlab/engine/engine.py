@@ -224,6 +224,11 @@ class BatchEngine:
 
     # ---- inspection ----
 
+    def live_request_ids(self) -> list[str]:
+        """Requests submitted and not yet finished (the inbox included)."""
+        with self._inbox_lock:
+            return list(self._live)
+
     def stats(self) -> EngineStats:
         with self._state_lock:
             with self._inbox_lock:

@@ -1,0 +1,213 @@
+"""create_app(): routes, the error table, and a lifespan that owns the hub. No engine logic.
+
+Everything that can be refused is refused before the first byte, as JSON:
+{"type": "error", "error": {"type": ..., "message": ...}}. After the stream opens, a
+failure can only be an `error` event.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from contextlib import asynccontextmanager
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from streamlab.config import ServiceConfig
+from streamlab.engine.engine import BatchEngine
+from streamlab.errors import (BodyTooLarge, InvalidJSON, InvalidRequest, NotAllowed, Overloaded, RequestError,
+                              RequestTooLarge, UnsupportedMediaType, http_status)
+from streamlab.hub import Hub
+from streamlab.metrics import Metrics
+from streamlab.models import LoadedModel, load_model
+from streamlab.responses import HubStreamingResponse, WriteOnlyStreamingResponse
+from streamlab.sampling import SamplingParams
+
+log = logging.getLogger("streamlab.app")
+
+
+class GenerateRequest(BaseModel):
+    """The request body of /v1/stream and /v1/generate. Unknown fields are refused."""
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    prompt: str = Field(min_length=1, max_length=32_768)
+    max_new_tokens: int = Field(default=16, ge=1)
+    temperature: float = Field(default=0.0, ge=0.0, le=10.0)
+    top_k: int = Field(default=0, ge=0)
+    top_p: float = Field(default=1.0, gt=0.0, le=1.0)
+    seed: int | None = Field(default=None, ge=0, le=2**63 - 1)
+    stop: list[str] = Field(default_factory=list, max_length=8)
+    ignore_eos: bool = False
+    # Lab only (--lab): the chapter's padding device and the response that never listens.
+    pad_bytes: int = Field(default=0, ge=0)
+    response_class: Literal["starlette", "write_only"] = "starlette"
+
+
+def error_response(error_type: str, message: str, status: int, headers: dict | None = None) -> JSONResponse:
+    return JSONResponse({"type": "error", "error": {"type": error_type, "message": message}}, status_code=status,
+                        headers=headers)
+
+
+def _validation_message(exc: ValidationError) -> str:
+    first = exc.errors()[0]
+    where = ".".join(str(p) for p in first["loc"]) or "body"
+    return f"{where}: {first['msg']}" + (f" ({len(exc.errors()) - 1} more)" if len(exc.errors()) > 1 else "")
+
+
+async def read_request(request: Request, config: ServiceConfig) -> GenerateRequest:
+    media_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if media_type != "application/json":
+        raise UnsupportedMediaType(f"content-type must be application/json, got {media_type or 'none'!r}")
+    declared = request.headers.get("content-length")
+    if declared and declared.isdigit() and int(declared) > config.max_body_bytes:
+        raise BodyTooLarge(f"the body is {declared} bytes; the limit is {config.max_body_bytes}")
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > config.max_body_bytes:
+            raise BodyTooLarge(f"the body is over the limit of {config.max_body_bytes} bytes")
+    try:
+        data = json.loads(body)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise InvalidJSON(f"the body is not valid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise InvalidRequest("the body must be a JSON object")
+    try:
+        req = GenerateRequest.model_validate(data)
+    except ValidationError as exc:
+        raise InvalidRequest(_validation_message(exc)) from None
+    if not config.lab and (req.pad_bytes or req.response_class != "starlette"):
+        raise NotAllowed("pad_bytes and response_class are lab options; start the server with --lab")
+    if req.pad_bytes > config.max_pad_bytes:
+        raise InvalidRequest(f"pad_bytes: at most {config.max_pad_bytes}")
+    if any(not s for s in req.stop):
+        raise InvalidRequest("stop: stop strings must not be empty")
+    return req
+
+
+def _params(req: GenerateRequest) -> SamplingParams:
+    return SamplingParams(max_new_tokens=req.max_new_tokens, temperature=req.temperature, top_k=req.top_k,
+                          top_p=req.top_p, seed=req.seed, ignore_eos=req.ignore_eos)
+
+
+def create_app(config: ServiceConfig = ServiceConfig(), loaded: LoadedModel | None = None) -> Starlette:
+    @asynccontextmanager
+    async def lifespan(app: Starlette):
+        model = loaded or load_model(config.model)
+        hub = Hub(BatchEngine(model.model, config.engine), model.tokenizer, config.backpressure,
+                  config.waiting_limit)
+        metrics = Metrics(hub)
+        hub.start()
+        app.state.hub = hub  # for the server's signal handler (graceful shutdown)
+        try:
+            yield {"hub": hub, "model": model, "metrics": metrics}
+        finally:
+            # Streams were ended before this (see cli.py): uvicorn runs lifespan shutdown
+            # only after connections close. This stops the step thread and checks the books.
+            await hub.stop()
+
+    async def open_stream(request: Request):
+        req = await read_request(request, config)
+        hub: Hub = request.state.hub
+        ids = request.state.model.tokenizer.encode(req.prompt)
+        if not ids:
+            raise InvalidRequest("prompt: encodes to no tokens")
+        if len(ids) + req.max_new_tokens > config.max_tokens_budget:
+            raise RequestTooLarge(f"prompt ({len(ids)} tokens) plus max_new_tokens ({req.max_new_tokens}) is over "
+                                  f"the budget of {config.max_tokens_budget} tokens")
+        return req, hub, hub.open(ids, _params(req), req.stop)
+
+    async def stream(request: Request) -> Response:
+        req, hub, s = await open_stream(request)
+        cls = WriteOnlyStreamingResponse if req.response_class == "write_only" else HubStreamingResponse
+        try:
+            return cls(hub, s, config.keepalive_s, padding=req.pad_bytes)
+        except BaseException:
+            hub.close(s, "internal_error")
+            raise
+
+    async def generate(request: Request) -> Response:
+        _, hub, s = await open_stream(request)
+        try:
+            collector = asyncio.ensure_future(_collect(hub, s))
+            watcher = asyncio.ensure_future(_wait_for_disconnect(request))
+            done, _ = await asyncio.wait({collector, watcher}, return_when=asyncio.FIRST_COMPLETED)
+            watcher.cancel()
+            if collector not in done:
+                collector.cancel()
+                return Response(status_code=499)  # nobody is listening
+            events = collector.result()
+        finally:
+            hub.close(s, "finished" if s.end_taken else "client_gone")
+        last = events[-1]
+        if last.kind == "error":
+            err = last.payload["error"]
+            return error_response(err["type"], err["message"], 503)
+        tokens = [e.payload for e in events if e.kind == "token"]
+        return JSONResponse({"type": "generation", "id": s.request_id, "text": "".join(t["text"] for t in tokens),
+                             "token_ids": [t["token_id"] for t in tokens], **last.payload},
+                            headers={"X-Request-ID": s.request_id})
+
+    async def stats(request: Request) -> Response:
+        return JSONResponse(request.state.hub.stats())
+
+    async def healthz(request: Request) -> Response:
+        hub: Hub = request.state.hub
+        ok = hub.failure is None
+        return JSONResponse({"status": "ok" if ok else "failed", "draining": hub.draining},
+                            status_code=200 if ok else 503)
+
+    async def metrics(request: Request) -> Response:
+        return Response(request.state.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
+
+    async def invariants(request: Request) -> Response:
+        hub: Hub = request.state.hub
+        return JSONResponse({"violations": hub.engine.check_invariants()})
+
+    async def releases(request: Request) -> Response:
+        hub: Hub = request.state.hub
+        return JSONResponse({"releases": [vars(r) for r in list(hub.releases)],
+                             "ledger_problems_when_idle": hub.engine.check_released()})
+
+    async def on_request_error(request: Request, exc: RequestError) -> Response:
+        request.state.hub.counters["requests_refused"] += 1
+        headers = {"Retry-After": "1"} if isinstance(exc, Overloaded) else None
+        return error_response(exc.error_type, str(exc), http_status(exc), headers)
+
+    async def on_http_error(request: Request, exc: HTTPException) -> Response:
+        kind = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
+        return error_response(kind, str(exc.detail), exc.status_code, exc.headers)
+
+    async def on_unexpected(request: Request, exc: Exception) -> Response:
+        log.exception("unexpected error")
+        return error_response("internal_error", "an internal error occurred", 500)
+
+    routes = [
+        Route("/v1/stream", stream, methods=["POST"]),
+        Route("/v1/generate", generate, methods=["POST"]),
+        Route("/stats", stats, methods=["GET"]),
+        Route("/healthz", healthz, methods=["GET"]),
+        Route("/metrics", metrics, methods=["GET"]),
+        Route("/debug/invariants", invariants, methods=["GET"]),
+        Route("/debug/releases", releases, methods=["GET"]),
+    ]
+    return Starlette(routes=routes, lifespan=lifespan, exception_handlers={
+        RequestError: on_request_error, HTTPException: on_http_error, Exception: on_unexpected})
+
+
+async def _collect(hub: Hub, stream) -> list:
+    return [e async for e in hub.events(stream, keepalive_s=3600) if e is not None]
+
+
+async def _wait_for_disconnect(request: Request) -> None:
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            return

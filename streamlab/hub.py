@@ -1,0 +1,328 @@
+"""The Hub: the sole caller of engine.step() in the service; per-stream queues; one close.
+
+    event loop thread                      step thread
+    -----------------                      -----------
+    open() -> engine.submit ------------>  engine.step()
+    events() <- queue <- _deliver  <-----  call_soon_threadsafe(_deliver, step output)
+    close() -> engine.cancel (a wish)      (naive: waits until each stream took its events)
+
+Every way a stream ends (finished, client gone, dropped as slow, shut down, error) calls
+close(), which is idempotent and never waits. The engine never waits for a client, except
+under the `naive` policy, kept as the negative control that shows head-of-line blocking.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+
+from streamlab.detokenizer import TextStream, token_byte_table
+from streamlab.engine.engine import BatchEngine, StepOutput
+from streamlab.engine.sequence import FinishReason
+from streamlab.errors import Overloaded, ShuttingDown
+from streamlab.policies import Action, BackpressureConfig, Policy, admits, backpressure
+from streamlab.sampling import SamplingParams
+
+log = logging.getLogger("streamlab.hub")
+
+Clock = Callable[[], float]
+IDLE_POLL_S = 0.05  # the step thread's longest sleep when idle (wishes also wake it at once)
+RELEASE_LOG_SIZE = 20_000
+
+
+@dataclass
+class StreamEvent:
+    kind: str  # "start" | "token" | "done" | "error"
+    payload: dict
+
+
+@dataclass
+class ReleaseRecord:
+    """One request's end, for /debug/releases and the harness's release checks."""
+    request_id: str
+    reason: str  # finish reason, or why the hub cancelled it
+    completion_tokens: int
+    release_step: int
+    released_at: float  # hub clock, after the step that ended it
+    closed_at: float | None  # when its stream was closed early (client gone, dropped), if it was
+
+
+@dataclass
+class Stream:
+    request_id: str
+    prompt_tokens: int
+    text: TextStream
+    wakeup: asyncio.Event
+    taken: asyncio.Event  # set whenever the reader takes an event (the naive policy waits on it)
+    queue: deque[StreamEvent] = field(default_factory=deque)
+    finished: bool = False  # the last event (done or error) is queued; nothing more will be
+    end_taken: bool = False  # the reader took the last event
+    closed: bool = False
+    close_reason: str | None = None
+    paused: bool = False
+    at_limit_since: float | None = None
+    completion_tokens: int = 0
+    max_queued: int = 0
+
+
+class Hub:
+    def __init__(self, engine: BatchEngine, tokenizer, backpressure_cfg: BackpressureConfig = BackpressureConfig(),
+                 waiting_limit: int = 64, clock: Clock = time.monotonic) -> None:
+        self.engine = engine
+        self.cfg = backpressure_cfg
+        self.waiting_limit = waiting_limit
+        self.clock = clock
+        self._token_bytes = token_byte_table(tokenizer, engine.model.shape.vocab_size)
+        self._streams: dict[str, Stream] = {}
+        self._ids = itertools.count(1)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._work = threading.Event()
+        self._stopping = threading.Event()
+        self._ticker: asyncio.Task | None = None
+        self._closed_at: dict[str, float] = {}  # early closes awaiting their release
+        self.releases: deque[ReleaseRecord] = deque(maxlen=RELEASE_LOG_SIZE)
+        self.release_delays_s: deque[float] = deque(maxlen=RELEASE_LOG_SIZE)
+        self.on_release_delay: Callable[[float], None] | None = None  # metrics hook
+        self.draining = False
+        self.failure: BaseException | None = None
+        self.counters = {"requests_accepted": 0, "requests_refused": 0, "late_events_dropped": 0,
+                         "streams_closed": 0}
+        self.cancellations: dict[str, int] = {"client_gone": 0, "slow_client": 0, "shutting_down": 0,
+                                              "internal_error": 0}
+
+    # ---- life cycle (owned by the app's lifespan) ----
+
+    def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._thread = threading.Thread(target=self._run, name="streamlab-step-loop", daemon=True)
+        self._thread.start()
+        if self.cfg.policy in (Policy.DROP, Policy.PAUSE_THEN_DROP):
+            self._ticker = self._loop.create_task(self._stall_ticker())
+
+    async def stop(self, timeout_s: float = 10.0) -> list[str]:
+        """End every stream, stop the step thread, drain the engine; return broken invariants."""
+        self.end_all("shutting_down")
+        if self._ticker:
+            self._ticker.cancel()
+        self._stopping.set()
+        self._work.set()
+        if self._thread:
+            await asyncio.to_thread(self._thread.join, timeout_s)
+        for rid in self.engine.live_request_ids():
+            self.engine.cancel(rid)
+        for _ in range(10_000):
+            if not self.engine.has_work():
+                break
+            self._record_releases(self.engine.step())
+        problems = self.engine.check_invariants() + self.engine.check_released()
+        if problems:
+            log.error("engine not clean at shutdown: %s", problems)
+        return problems
+
+    def begin_shutdown(self, grace_s: float) -> None:
+        """Stop admitting now; end whatever still runs after `grace_s` with `shutting_down`."""
+        if self.draining:
+            return
+        self.draining = True
+        assert self._loop is not None
+        self._loop.call_soon_threadsafe(self._loop.call_later, grace_s, self.end_all, "shutting_down")
+
+    # ---- streams (event loop thread) ----
+
+    def open(self, prompt_ids: list[int], params: SamplingParams, stops: list[str]) -> Stream:
+        """Admit a request to the engine or raise a RequestError; nothing is sent yet."""
+        if self.failure is not None or self.draining:
+            raise ShuttingDown("the server is shutting down")
+        if not admits(self.engine.stats().waiting, self.waiting_limit):
+            raise Overloaded(f"{self.waiting_limit} requests are already waiting for a slot; retry later")
+        rid = f"req-{next(self._ids)}"
+        text = TextStream(self._token_bytes, stops)
+        stream = Stream(rid, len(prompt_ids), text, asyncio.Event(), asyncio.Event())
+        self.engine.submit(rid, prompt_ids, params, stop_check=text)
+        stream.queue.append(StreamEvent("start", {"id": rid, "prompt_tokens": len(prompt_ids)}))
+        self._streams[rid] = stream
+        self.counters["requests_accepted"] += 1
+        self._work.set()
+        return stream
+
+    async def events(self, stream: Stream, keepalive_s: float) -> AsyncIterator[StreamEvent | None]:
+        """The stream's events in order, ending with done or error; None means 'send a keep-alive'."""
+        while True:
+            if stream.queue:
+                event = stream.queue.popleft()
+                stream.taken.set()
+                if event.kind in ("done", "error"):
+                    stream.end_taken = True
+                    yield event
+                    return
+                self._apply_backpressure(stream)
+                yield event
+                continue
+            if stream.closed or stream.end_taken:
+                return
+            stream.wakeup.clear()
+            try:
+                await asyncio.wait_for(stream.wakeup.wait(), keepalive_s)
+            except TimeoutError:
+                yield None
+
+    def close(self, stream: Stream, reason: str) -> None:
+        """Idempotent, never waits: cancel the sequence if it still runs, unregister the stream."""
+        if stream.closed:
+            return
+        stream.closed = True
+        stream.close_reason = reason
+        if not stream.finished:
+            self.engine.cancel(stream.request_id)
+            self._closed_at[stream.request_id] = self.clock()
+            self.cancellations[reason] = self.cancellations.get(reason, 0) + 1
+            self._work.set()
+        self._streams.pop(stream.request_id, None)
+        self.counters["streams_closed"] += 1
+        stream.wakeup.set()
+        stream.taken.set()
+
+    def end_all(self, reason: str) -> None:
+        """End every unfinished stream with an error event of type `reason` (shutdown, failure)."""
+        for stream in list(self._streams.values()):
+            if not stream.finished:
+                self._end_with_error(stream, reason, f"stream ended: {reason}")
+
+    def _end_with_error(self, stream: Stream, error_type: str, message: str) -> None:
+        self.engine.cancel(stream.request_id)
+        self._closed_at[stream.request_id] = self.clock()
+        self.cancellations[error_type] = self.cancellations.get(error_type, 0) + 1
+        stream.queue.append(StreamEvent("error", {"error": {"type": error_type, "message": message}}))
+        stream.finished = True
+        stream.wakeup.set()
+        self._work.set()
+
+    def _apply_backpressure(self, stream: Stream) -> None:
+        if stream.finished or stream.closed:
+            return
+        decision = backpressure(self.cfg, len(stream.queue), stream.paused, stream.at_limit_since, self.clock())
+        stream.at_limit_since = decision.at_limit_since
+        if decision.action is Action.PAUSE:
+            stream.paused = True
+            self.engine.pause(stream.request_id)
+        elif decision.action is Action.RESUME:
+            stream.paused = False
+            self.engine.resume(stream.request_id)
+            self._work.set()
+        elif decision.action is Action.DROP:
+            self._end_with_error(stream, "slow_client",
+                                 f"the client stayed {self.cfg.queue_limit} events behind for over "
+                                 f"{self.cfg.stall_timeout_s} s")
+
+    async def _stall_ticker(self) -> None:
+        # Drop decisions need time to pass with no new events, so they are also checked here.
+        period = min(self.cfg.stall_timeout_s / 4, 0.05)
+        while True:
+            await asyncio.sleep(period)
+            for stream in list(self._streams.values()):
+                if stream.at_limit_since is not None:
+                    self._apply_backpressure(stream)
+
+    def _deliver(self, out: StepOutput, released_at: float) -> list[Stream]:
+        """Event loop thread: turn one step's output into stream events. Returns the streams touched."""
+        touched: dict[str, Stream] = {}
+        for tok in out.tokens:
+            stream = self._streams.get(tok.request_id)
+            if stream is None or stream.finished:
+                self.counters["late_events_dropped"] += 1
+                continue
+            stream.queue.append(StreamEvent("token", {"index": tok.index, "token_id": tok.token_id,
+                                                      "text": stream.text.deltas[tok.index]}))
+            stream.completion_tokens += 1
+            touched[stream.request_id] = stream
+        for fin in out.finished:
+            stream = self._streams.get(fin.request_id)
+            if stream is None or stream.finished:
+                self.counters["late_events_dropped"] += 1
+                continue
+            if fin.reason is FinishReason.CANCELLED:  # cancelled by no one the hub knows: say so
+                stream.queue.append(StreamEvent("error", {"error": {"type": "cancelled",
+                                                                    "message": "the request was cancelled"}}))
+            else:
+                tail = stream.text.flush()
+                if tail and stream.queue and stream.queue[-1].kind == "token":
+                    stream.queue[-1].payload["text"] += tail
+                stream.queue.append(StreamEvent("done", {
+                    "finish_reason": fin.reason.value,
+                    "usage": {"prompt_tokens": stream.prompt_tokens, "completion_tokens": fin.completion_tokens}}))
+            stream.finished = True
+            touched[stream.request_id] = stream
+        for stream in touched.values():
+            stream.max_queued = max(stream.max_queued, len(stream.queue))
+            self._apply_backpressure(stream)
+            stream.wakeup.set()
+        return list(touched.values())
+
+    async def _deliver_and_wait(self, out: StepOutput, released_at: float) -> None:
+        """The naive policy: hand each stream its events and wait until its reader took them."""
+        for stream in self._deliver(out, released_at):
+            while stream.queue and not stream.closed and not self._stopping.is_set():
+                stream.taken.clear()
+                await stream.taken.wait()
+
+    # ---- the step thread ----
+
+    def _run(self) -> None:
+        assert self._loop is not None
+        try:
+            while not self._stopping.is_set():
+                self._work.clear()
+                if not self.engine.has_work():
+                    self._work.wait(IDLE_POLL_S)
+                    continue
+                out = self.engine.step()
+                now = self._record_releases(out)
+                if self.cfg.policy is Policy.NAIVE:
+                    future = asyncio.run_coroutine_threadsafe(self._deliver_and_wait(out, now), self._loop)
+                    while not self._stopping.is_set():
+                        try:
+                            future.result(timeout=IDLE_POLL_S)
+                            break
+                        except TimeoutError:
+                            continue
+                else:
+                    self._loop.call_soon_threadsafe(self._deliver, out, now)
+        except BaseException as exc:  # a broken engine must not fail silently
+            log.exception("step loop failed")
+            self.failure = exc
+            if not self._loop.is_closed():
+                self._loop.call_soon_threadsafe(self.end_all, "internal_error")
+
+    def _record_releases(self, out: StepOutput) -> float:
+        now = self.clock()
+        for fin in out.finished:
+            closed_at = self._closed_at.pop(fin.request_id, None)
+            self.releases.append(ReleaseRecord(fin.request_id, fin.reason.value, fin.completion_tokens, fin.step,
+                                               now, closed_at))
+            if closed_at is not None:
+                delay = now - closed_at
+                self.release_delays_s.append(delay)
+                if self.on_release_delay is not None:
+                    self.on_release_delay(delay)
+        return now
+
+    # ---- inspection ----
+
+    def stats(self) -> dict:
+        engine = self.engine.stats()
+        return {
+            "blocks_total": engine.blocks_total, "blocks_free": engine.blocks_free,
+            "blocks_reserved": engine.blocks_reserved, "waiting": engine.waiting, "running": engine.running,
+            "paused": engine.paused, "streams_registered": len(self._streams), "releases": engine.releases,
+            "double_release_attempts": engine.double_release_attempts, "steps": engine.steps,
+            "tokens_generated": engine.tokens_generated, "finished_by_reason": engine.finished_by_reason,
+            "cancellations": dict(self.cancellations), "policy": self.cfg.policy.value,
+            "draining": self.draining, "healthy": self.failure is None, **self.counters,
+        }

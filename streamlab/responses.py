@@ -1,0 +1,63 @@
+"""The SSE response classes. Cleanup is a `finally` around the response's own __call__.
+
+Not the body generator's `finally`: a generator that never started never runs it, and one
+paused at `yield` when the client leaves runs it only when garbage-collected.
+
+Disconnect detection depends on the ASGI spec version the server announces. uvicorn 0.54
+(and every release since 0.13) announces "spec_version": "2.3" for HTTP, so Starlette's
+StreamingResponse runs a task that listens for `http.disconnect` and cancels the body as
+soon as the client leaves. Under 2.4 Starlette would only learn of it from a failing write,
+and uvicorn's send() returns silently after a disconnect instead of raising: such a
+response never learns. WriteOnlyStreamingResponse is exactly that path, for the lab.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+from starlette.responses import StreamingResponse
+from starlette.types import Receive, Scope, Send
+
+from streamlab.hub import Hub, Stream
+from streamlab.sse import encode_comment, encode_json_event
+
+KEEPALIVE = encode_comment("keep-alive") + b"\n"
+
+
+async def sse_body(hub: Hub, stream: Stream, keepalive_s: float, padding: int) -> AsyncIterator[bytes]:
+    """Events are formatted as they are written, so a queue holds small records, not bytes."""
+    event_id = 0
+    async for event in hub.events(stream, keepalive_s):
+        if event is None:
+            yield KEEPALIVE
+            continue
+        event_id += 1
+        yield encode_json_event(event.kind, event.payload, event_id, padding if event.kind == "token" else 0)
+
+
+class HubStreamingResponse(StreamingResponse):
+    media_type = "text/event-stream"
+
+    def __init__(self, hub: Hub, stream: Stream, keepalive_s: float, padding: int = 0) -> None:
+        super().__init__(sse_body(hub, stream, keepalive_s, padding), headers={
+            "X-Request-ID": stream.request_id, "Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+        self.hub = hub
+        self.stream = stream
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await self.serve(scope, receive, send)
+        finally:
+            reason = "finished" if self.stream.end_taken else (
+                "shutting_down" if self.hub.draining else "client_gone")
+            self.hub.close(self.stream, reason)
+
+    async def serve(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await super().__call__(scope, receive, send)
+
+
+class WriteOnlyStreamingResponse(HubStreamingResponse):
+    """Lab only: writes and never listens for the disconnect (Starlette's 2.4 path without a failing write)."""
+
+    async def serve(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self.stream_response(send)
