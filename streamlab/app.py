@@ -31,6 +31,7 @@ from streamlab.responses import HubStreamingResponse, WriteOnlyStreamingResponse
 from streamlab.sampling import SamplingParams
 
 log = logging.getLogger("streamlab.app")
+server_log = logging.getLogger("uvicorn.error")  # configured by uvicorn, so it reaches the console
 
 
 class GenerateRequest(BaseModel):
@@ -109,9 +110,14 @@ def create_app(config: ServiceConfig = ServiceConfig(), loaded: LoadedModel | No
         try:
             yield {"hub": hub, "model": model, "metrics": metrics}
         finally:
-            # Streams were ended before this (see cli.py): uvicorn runs lifespan shutdown
+            # Streams were ended before this (see server.py): uvicorn runs lifespan shutdown
             # only after connections close. This stops the step thread and checks the books.
-            await hub.stop()
+            problems = await hub.stop()
+            stats = hub.stats()
+            server_log.log(logging.ERROR if problems else logging.INFO,
+                           "streamlab: engine %s at shutdown: %d releases, %d/%d blocks free%s",
+                           "NOT CLEAN" if problems else "clean", stats["releases"], stats["blocks_free"],
+                           stats["blocks_total"], f": {problems}" if problems else "")
 
     async def open_stream(request: Request):
         req = await read_request(request, config)

@@ -51,6 +51,7 @@ class ReleaseRecord:
     release_step: int
     released_at: float  # hub clock, after the step that ended it
     closed_at: float | None  # when its stream was closed early (client gone, dropped), if it was
+    closed_after_step: int | None  # engine steps begun at that moment: release_step should be the next
 
 
 @dataclass
@@ -86,7 +87,7 @@ class Hub:
         self._work = threading.Event()
         self._stopping = threading.Event()
         self._ticker: asyncio.Task | None = None
-        self._closed_at: dict[str, float] = {}  # early closes awaiting their release
+        self._closed_at: dict[str, tuple[float, int]] = {}  # early closes awaiting release: (time, steps begun)
         self.releases: deque[ReleaseRecord] = deque(maxlen=RELEASE_LOG_SIZE)
         self.release_delays_s: deque[float] = deque(maxlen=RELEASE_LOG_SIZE)
         self.on_release_delay: Callable[[float], None] | None = None  # metrics hook
@@ -180,8 +181,8 @@ class Hub:
         stream.closed = True
         stream.close_reason = reason
         if not stream.finished:
+            self._mark_closed(stream.request_id)
             self.engine.cancel(stream.request_id)
-            self._closed_at[stream.request_id] = self.clock()
             self.cancellations[reason] = self.cancellations.get(reason, 0) + 1
             self._work.set()
         self._streams.pop(stream.request_id, None)
@@ -196,13 +197,17 @@ class Hub:
                 self._end_with_error(stream, reason, f"stream ended: {reason}")
 
     def _end_with_error(self, stream: Stream, error_type: str, message: str) -> None:
+        self._mark_closed(stream.request_id)
         self.engine.cancel(stream.request_id)
-        self._closed_at[stream.request_id] = self.clock()
         self.cancellations[error_type] = self.cancellations.get(error_type, 0) + 1
         stream.queue.append(StreamEvent("error", {"error": {"type": error_type, "message": message}}))
         stream.finished = True
         stream.wakeup.set()
         self._work.set()
+
+    def _mark_closed(self, request_id: str) -> None:
+        # Before the cancel wish, so the step that carries it out is counted after this mark.
+        self._closed_at[request_id] = (self.clock(), self.engine.steps_started)
 
     def _apply_backpressure(self, stream: Stream) -> None:
         if stream.finished or stream.closed:
@@ -303,9 +308,9 @@ class Hub:
     def _record_releases(self, out: StepOutput) -> float:
         now = self.clock()
         for fin in out.finished:
-            closed_at = self._closed_at.pop(fin.request_id, None)
+            closed_at, closed_after_step = self._closed_at.pop(fin.request_id, (None, None))
             self.releases.append(ReleaseRecord(fin.request_id, fin.reason.value, fin.completion_tokens, fin.step,
-                                               now, closed_at))
+                                               now, closed_at, closed_after_step))
             if closed_at is not None:
                 delay = now - closed_at
                 self.release_delays_s.append(delay)

@@ -86,6 +86,7 @@ class BatchEngine:
         self._seq_ids = itertools.count()
         self._live: dict[str, Sequence] = {}  # submitted and not yet finished, inbox included
         self._steps = 0
+        self._steps_started = 0
         self._tokens_generated = 0
         self._submitted = 0
         self._finished_by_reason: dict[str, int] = {r.value: 0 for r in FinishReason}
@@ -151,10 +152,16 @@ class BatchEngine:
         finally:
             self._step_lock.release()
 
+    @property
+    def steps_started(self) -> int:
+        """Steps begun so far: a wish made now is carried out by step steps_started + 1."""
+        return self._steps_started
+
     def _step(self) -> StepOutput:
         step = self._steps + 1
         finished: list[FinishEvent] = []
         with self._state_lock:
+            self._steps_started = step
             self._apply_inbox(step, finished)
             batch = self.scheduler.schedule(step)
         made: list[tuple[Sequence, int]] = []

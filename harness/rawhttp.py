@@ -1,0 +1,122 @@
+"""One HTTP/1.1 exchange over a raw socket, with the client's behaviour exact.
+
+The caller decides when to read (a reader that stops reading really stops: with a small
+receive buffer, backpressure reaches the server), and how to leave: `close_fin()` is an
+orderly close, `close_rst()` closes with SO_LINGER 0 so the kernel sends a reset.
+h11 does the HTTP framing (chunked bodies included); SSE parsing is streamlab.sse.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import struct
+from dataclasses import dataclass, field
+
+import h11
+
+from streamlab.sse import SSEEvent, SSEParser
+
+RECV_BYTES = 65536
+
+
+@dataclass
+class Head:
+    status: int
+    headers: dict[str, str]
+
+
+@dataclass
+class RawExchange:
+    sock: socket.socket
+    conn: h11.Connection
+    parser: SSEParser = field(default_factory=SSEParser)
+    head: Head | None = None
+    body: bytearray = field(default_factory=bytearray)
+    ended: bool = False  # the server finished the response
+    closed: bool = False
+
+    @classmethod
+    async def open(cls, host: str, port: int, method: str, path: str, body: dict | bytes | None = None,
+                   headers: dict[str, str] | None = None, rcvbuf: int | None = None,
+                   timeout_s: float = 10.0) -> "RawExchange":
+        if not host.startswith("127.") and host != "localhost":
+            raise ValueError("load and fault tests target loopback only")
+        loop = asyncio.get_running_loop()
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setblocking(False)
+        if rcvbuf is not None:  # before connect, so the window is small from the handshake on
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+        try:
+            await asyncio.wait_for(loop.sock_connect(sock, (host, port)), timeout_s)
+        except BaseException:
+            sock.close()
+            raise
+        raw = body if isinstance(body, bytes) else (json.dumps(body).encode() if body is not None else b"")
+        hdrs = [("host", f"{host}:{port}"), ("content-length", str(len(raw)))]
+        if body is not None and not isinstance(body, bytes):
+            hdrs.append(("content-type", "application/json"))
+        hdrs += list((headers or {}).items())
+        conn = h11.Connection(h11.CLIENT)
+        out = conn.send(h11.Request(method=method, target=path, headers=hdrs)) + conn.send(h11.Data(data=raw))
+        out += conn.send(h11.EndOfMessage())
+        await asyncio.wait_for(loop.sock_sendall(sock, out), timeout_s)
+        return cls(sock, conn)
+
+    async def _next(self, timeout_s: float) -> h11.Event | type[h11.NEED_DATA] | None:
+        event = self.conn.next_event()
+        if event is h11.NEED_DATA:
+            data = await asyncio.wait_for(asyncio.get_running_loop().sock_recv(self.sock, RECV_BYTES), timeout_s)
+            self.conn.receive_data(data)
+            if not data and self.conn.their_state is not h11.DONE:
+                raise ConnectionError("the server closed the connection mid-response")
+            return None
+        return event
+
+    async def read_head(self, timeout_s: float = 30.0) -> Head:
+        while self.head is None:
+            event = await self._next(timeout_s)
+            if isinstance(event, h11.Response):
+                self.head = Head(event.status_code, {k.decode().lower(): v.decode() for k, v in event.headers})
+        return self.head
+
+    async def read_events(self, count: int | None = None, timeout_s: float = 30.0) -> list[SSEEvent]:
+        """Read until `count` more events arrived (or the response ended)."""
+        await self.read_head(timeout_s)
+        got: list[SSEEvent] = []
+        while not self.ended and (count is None or len(got) < count):
+            event = await self._next(timeout_s)
+            if isinstance(event, h11.Data):
+                self.body += event.data
+                got.extend(self.parser.feed(bytes(event.data)))
+            elif isinstance(event, h11.EndOfMessage):
+                self.ended = True
+                got.extend(self.parser.close())
+        return got
+
+    async def read_json(self, timeout_s: float = 30.0) -> dict:
+        await self.read_head(timeout_s)
+        while not self.ended:
+            event = await self._next(timeout_s)
+            if isinstance(event, h11.Data):
+                self.body += event.data
+            elif isinstance(event, h11.EndOfMessage):
+                self.ended = True
+        return json.loads(self.body)
+
+    def close_fin(self) -> None:
+        """An orderly close: the server reads end-of-file."""
+        if not self.closed:
+            self.closed = True
+            self.sock.close()
+
+    def close_rst(self) -> None:
+        """An abortive close: SO_LINGER 0 makes the kernel send RST instead of FIN."""
+        if not self.closed:
+            self.closed = True
+            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            self.sock.close()
+
+    def close(self, how: str = "fin") -> None:
+        {"fin": self.close_fin, "rst": self.close_rst}[how]()
