@@ -53,6 +53,16 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--lab", action="store_true", help="allow pad_bytes and response_class (measurements only)")
     serve.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
 
+    lab = sub.add_parser("lab", help="the chapter's measurements against a real server process")
+    lab_sub = lab.add_subparsers(dest="lab", required=True)
+    for name, text in (("bytes", "bytes per token event"),
+                       ("disconnect", "release delay after FIN/RST; waste of abandoned streams by response class")):
+        cmd = lab_sub.add_parser(name, help=text)
+        cmd.add_argument("--model", default="tiny", help=model_help)
+        cmd.add_argument("--json", type=Path, default=Path(f"results/lab_{name}.json"))
+        if name == "disconnect":
+            cmd.add_argument("--repetitions", type=int, default=6)
+
     bench = sub.add_parser("bench", help="benchmarks")
     bench_sub = bench.add_subparsers(dest="bench", required=True)
     step = bench_sub.add_parser("step", help="decode-step time: paged engine vs transformers' contiguous cache")
@@ -91,6 +101,8 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         serve(config, args.host, args.port, args.log_level)
         return 0
+    if args.command == "lab":
+        return run_lab(args)
     from rich.console import Console
 
     from streamlab.models import load_model
@@ -115,6 +127,28 @@ def main(argv: list[str] | None = None) -> int:
         console.print(f"wrote {args.json}")
         return 0
     return 2
+
+
+def run_lab(args: argparse.Namespace) -> int:
+    import asyncio
+    import json
+
+    from rich.console import Console
+
+    from harness import lab
+    from streamlab.report_tables import disconnect_table
+
+    console = Console()
+    if args.lab == "bytes":
+        result = asyncio.run(lab.measure_bytes(args.model))
+        console.print(result)
+    else:
+        result = asyncio.run(lab.measure_disconnect(args.model, args.repetitions))
+        console.print(disconnect_table(result))
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(result, indent=2) + "\n")
+    console.print(f"wrote {args.json}")
+    return 0
 
 
 if __name__ == "__main__":
