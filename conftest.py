@@ -1,1 +1,3 @@
-"""pytest wiring: scenario collection lands here with the harness (issue 4)."""
+"""pytest wiring: scenarios/*.yaml become scenario items (see harness/collect.py)."""
+
+pytest_plugins = ["harness.collect"]

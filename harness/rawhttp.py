@@ -36,6 +36,7 @@ class RawExchange:
     body: bytearray = field(default_factory=bytearray)
     ended: bool = False  # the server finished the response
     closed: bool = False
+    bytes_read: int = 0
 
     @classmethod
     async def open(cls, host: str, port: int, method: str, path: str, body: dict | bytes | None = None,
@@ -64,10 +65,11 @@ class RawExchange:
         await asyncio.wait_for(loop.sock_sendall(sock, out), timeout_s)
         return cls(sock, conn)
 
-    async def _next(self, timeout_s: float) -> h11.Event | type[h11.NEED_DATA] | None:
+    async def _next(self, timeout_s: float, max_bytes: int = RECV_BYTES) -> h11.Event | type[h11.NEED_DATA] | None:
         event = self.conn.next_event()
         if event is h11.NEED_DATA:
-            data = await asyncio.wait_for(asyncio.get_running_loop().sock_recv(self.sock, RECV_BYTES), timeout_s)
+            data = await asyncio.wait_for(asyncio.get_running_loop().sock_recv(self.sock, max_bytes), timeout_s)
+            self.bytes_read += len(data)
             self.conn.receive_data(data)
             if not data and self.conn.their_state is not h11.DONE:
                 raise ConnectionError("the server closed the connection mid-response")
@@ -87,6 +89,26 @@ class RawExchange:
         got: list[SSEEvent] = []
         while not self.ended and (count is None or len(got) < count):
             event = await self._next(timeout_s)
+            if isinstance(event, h11.Data):
+                self.body += event.data
+                got.extend(self.parser.feed(bytes(event.data)))
+            elif isinstance(event, h11.EndOfMessage):
+                self.ended = True
+                got.extend(self.parser.close())
+        return got
+
+    async def read_chunk(self, max_bytes: int, timeout_s: float = 30.0) -> list[SSEEvent]:
+        """One recv of at most max_bytes (a reader that takes a chunk at a time), and its events."""
+        await self.read_head(timeout_s)
+        got: list[SSEEvent] = []
+        received = False
+        while not self.ended:
+            event = await self._next(timeout_s, max_bytes) if not received else self.conn.next_event()
+            if event is None:
+                received = True
+                continue
+            if event is h11.NEED_DATA:
+                break
             if isinstance(event, h11.Data):
                 self.body += event.data
                 got.extend(self.parser.feed(bytes(event.data)))

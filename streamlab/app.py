@@ -11,6 +11,7 @@ import asyncio
 import json
 import logging
 from contextlib import asynccontextmanager
+from collections.abc import Callable
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -98,14 +99,16 @@ def _params(req: GenerateRequest) -> SamplingParams:
                           top_p=req.top_p, seed=req.seed, ignore_eos=req.ignore_eos)
 
 
-def create_app(config: ServiceConfig = ServiceConfig(), loaded: LoadedModel | None = None) -> Starlette:
+def create_app(config: ServiceConfig = ServiceConfig(), loaded: LoadedModel | None = None,
+               clock: Callable[[], float] | None = None, threaded: bool = True) -> Starlette:
+    """`clock` and `threaded=False` are for the simulation, which drives the engine on virtual time."""
     @asynccontextmanager
     async def lifespan(app: Starlette):
         model = loaded or load_model(config.model)
         hub = Hub(BatchEngine(model.model, config.engine), model.tokenizer, config.backpressure,
-                  config.waiting_limit)
+                  config.waiting_limit, **({"clock": clock} if clock else {}))
         metrics = Metrics(hub)
-        hub.start()
+        hub.start(threaded=threaded)
         app.state.hub = hub  # for the server's signal handler (graceful shutdown)
         try:
             yield {"hub": hub, "model": model, "metrics": metrics}

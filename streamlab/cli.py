@@ -53,6 +53,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--lab", action="store_true", help="allow pad_bytes and response_class (measurements only)")
     serve.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
 
+    from harness.cli import add_parser as add_scenario_parser
+    add_scenario_parser(sub)
+
     lab = sub.add_parser("lab", help="the chapter's measurements against a real server process")
     lab_sub = lab.add_subparsers(dest="lab", required=True)
     for name, text in (("bytes", "bytes per token event"),
@@ -103,6 +106,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.command == "lab":
         return run_lab(args)
+    if args.command == "scenario":
+        from harness.cli import main as scenario_main
+        return scenario_main(args)
     from rich.console import Console
 
     from streamlab.models import load_model

@@ -91,6 +91,7 @@ class Hub:
         self.releases: deque[ReleaseRecord] = deque(maxlen=RELEASE_LOG_SIZE)
         self.release_delays_s: deque[float] = deque(maxlen=RELEASE_LOG_SIZE)
         self.on_release_delay: Callable[[float], None] | None = None  # metrics hook
+        self.on_wish: Callable[[], None] | None = None  # an external driver's wake-up (the simulation)
         self.draining = False
         self.failure: BaseException | None = None
         self.counters = {"requests_accepted": 0, "requests_refused": 0, "late_events_dropped": 0,
@@ -100,10 +101,12 @@ class Hub:
 
     # ---- life cycle (owned by the app's lifespan) ----
 
-    def start(self) -> None:
+    def start(self, threaded: bool = True) -> None:
+        """threaded=False: no step thread; a driver calls engine.step() and complete_step() itself."""
         self._loop = asyncio.get_running_loop()
-        self._thread = threading.Thread(target=self._run, name="streamlab-step-loop", daemon=True)
-        self._thread.start()
+        if threaded:
+            self._thread = threading.Thread(target=self._run, name="streamlab-step-loop", daemon=True)
+            self._thread.start()
         if self.cfg.policy in (Policy.DROP, Policy.PAUSE_THEN_DROP):
             self._ticker = self._loop.create_task(self._stall_ticker())
 
@@ -113,7 +116,7 @@ class Hub:
         if self._ticker:
             self._ticker.cancel()
         self._stopping.set()
-        self._work.set()
+        self._wake()
         if self._thread:
             await asyncio.to_thread(self._thread.join, timeout_s)
         for rid in self.engine.live_request_ids():
@@ -150,7 +153,7 @@ class Hub:
         stream.queue.append(StreamEvent("start", {"id": rid, "prompt_tokens": len(prompt_ids)}))
         self._streams[rid] = stream
         self.counters["requests_accepted"] += 1
-        self._work.set()
+        self._wake()
         return stream
 
     async def events(self, stream: Stream, keepalive_s: float) -> AsyncIterator[StreamEvent | None]:
@@ -184,7 +187,7 @@ class Hub:
             self._mark_closed(stream.request_id)
             self.engine.cancel(stream.request_id)
             self.cancellations[reason] = self.cancellations.get(reason, 0) + 1
-            self._work.set()
+            self._wake()
         self._streams.pop(stream.request_id, None)
         self.counters["streams_closed"] += 1
         stream.wakeup.set()
@@ -203,7 +206,12 @@ class Hub:
         stream.queue.append(StreamEvent("error", {"error": {"type": error_type, "message": message}}))
         stream.finished = True
         stream.wakeup.set()
+        self._wake()
+
+    def _wake(self) -> None:
         self._work.set()
+        if self.on_wish is not None:
+            self.on_wish()
 
     def _mark_closed(self, request_id: str) -> None:
         # Before the cancel wish, so the step that carries it out is counted after this mark.
@@ -220,7 +228,7 @@ class Hub:
         elif decision.action is Action.RESUME:
             stream.paused = False
             self.engine.resume(stream.request_id)
-            self._work.set()
+            self._wake()
         elif decision.action is Action.DROP:
             self._end_with_error(stream, "slow_client",
                                  f"the client stayed {self.cfg.queue_limit} events behind for over "
@@ -288,7 +296,7 @@ class Hub:
                     self._work.wait(IDLE_POLL_S)
                     continue
                 out = self.engine.step()
-                now = self._record_releases(out)
+                now = self.complete_step(out)
                 if self.cfg.policy is Policy.NAIVE:
                     future = asyncio.run_coroutine_threadsafe(self._deliver_and_wait(out, now), self._loop)
                     while not self._stopping.is_set():
@@ -304,6 +312,17 @@ class Hub:
             self.failure = exc
             if not self._loop.is_closed():
                 self._loop.call_soon_threadsafe(self.end_all, "internal_error")
+
+    def complete_step(self, out: StepOutput) -> float:
+        """Note the releases of a step that has just ended; returns the hub clock's now."""
+        return self._record_releases(out)
+
+    async def deliver(self, out: StepOutput, now: float) -> None:
+        """For an external driver on the event loop: hand a step's events to the streams (per policy)."""
+        if self.cfg.policy is Policy.NAIVE:
+            await self._deliver_and_wait(out, now)
+        else:
+            self._deliver(out, now)
 
     def _record_releases(self, out: StepOutput) -> float:
         now = self.clock()

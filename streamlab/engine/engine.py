@@ -46,6 +46,7 @@ class StepOutput:
     finished: list[FinishEvent]
     prefilled: int
     decoded: int
+    prefill_tokens: int = 0  # prompt tokens run through prefill in this step
 
 
 @dataclass(frozen=True)
@@ -139,10 +140,19 @@ class BatchEngine:
     # ---- the step ----
 
     def has_work(self) -> bool:
+        """Whether step() would do anything: a wish to apply, a sequence to decode or one to admit.
+
+        Paused sequences alone are no work, so a driver sleeps until a wish (a resume) arrives
+        instead of spinning through empty steps.
+        """
         with self._inbox_lock:
             if self._inbox:
                 return True
-        return bool(self.scheduler.waiting or self.scheduler.running)
+        sched = self.scheduler
+        if any(not s.paused for s in sched.running):
+            return True
+        return bool(sched.waiting) and len(sched.running) < self.config.max_batch and \
+            self.blocks.can_allocate(sched.blocks_needed(sched.waiting[0]))
 
     def step(self) -> StepOutput:
         if not self._step_lock.acquire(blocking=False):
@@ -181,7 +191,8 @@ class BatchEngine:
                     self._finish(seq, reason, step, finished)
             self._tokens_generated += len(made)
             self._steps = step
-        return StepOutput(step, tokens, finished, len(batch.prefills), len(batch.decodes))
+        return StepOutput(step, tokens, finished, len(batch.prefills), len(batch.decodes),
+                          sum(len(s.prompt_ids) for s in batch.prefills))
 
     def _apply_inbox(self, step: int, finished: list[FinishEvent]) -> None:
         with self._inbox_lock:

@@ -1,0 +1,190 @@
+"""Pure invariants: (scenario, trace, solo runs, baselines) -> check results. Never waits."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from harness.report import Trace, metric_values, outcomes, percentile
+from harness.scenario import BadRequest, Scenario
+
+
+@dataclass
+class CheckResult:
+    name: str
+    passed: bool
+    figure: str
+    bound: str
+    details: list[str] = field(default_factory=list)
+    expected_to_fail: bool = False
+
+    @property
+    def ok(self) -> bool:
+        """A negative control is ok when its check fails."""
+        return self.passed != self.expected_to_fail
+
+    def line(self) -> str:
+        verdict = "ok" if self.ok else "FAILED"
+        control = " (negative control: must fail)" if self.expected_to_fail else ""
+        detail = f" [{'; '.join(self.details[:3])}]" if self.details and not self.passed else ""
+        return f"{self.name}{control}: {verdict}: {self.figure} (bound: {self.bound}){detail}"
+
+
+def leak_free(trace: Trace) -> CheckResult:
+    s = trace.server
+    keys = ("blocks_reserved", "waiting", "running", "paused", "streams_registered")
+    passed = s["blocks_free"] == s["blocks_total"] and all(s[k] == 0 for k in keys) and not trace.invariants
+    figure = f"free {s['blocks_free']}/{s['blocks_total']}, " + ", ".join(f"{k} {s[k]}" for k in keys)
+    return CheckResult("leak_free", passed, figure, "all blocks free, nothing left", list(trace.invariants))
+
+
+def exactly_once(trace: Trace) -> CheckResult:
+    by_request = trace.release_by_request()
+    accepted = [s.request_id for s in trace.streams if s.status == 200 and s.request_id]
+    problems = list(trace.ledger_problems)
+    problems += [f"{rid} released {len(by_request.get(rid, []))}x" for rid in accepted
+                 if len(by_request.get(rid, [])) != 1]
+    doubles = trace.server.get("double_release_attempts", 0)
+    if doubles:
+        problems.append(f"{doubles} double-release attempt(s)")
+    figure = f"{sum(1 for r in accepted if len(by_request.get(r, [])) == 1)}/{len(accepted)} released once, " \
+             f"{doubles} double releases"
+    return CheckResult("exactly_once", not problems, figure, "every sequence released exactly once", problems)
+
+
+def identity(trace: Trace, solo: dict[int, list[int]]) -> CheckResult:
+    """solo: stream position in trace.streams -> the same request's tokens run alone."""
+    problems, compared = [], 0
+    for i, s in enumerate(trace.streams):
+        if i not in solo or not s.token_ids:
+            continue
+        compared += 1
+        expected = solo[i]
+        complete = s.finish in ("length", "eos", "stop")
+        for k, (a, b) in enumerate(zip(expected, s.token_ids)):
+            if a != b:
+                problems.append(f"{s.group}#{s.index} first divergence at token {k}: solo {a}, stream {b}")
+                break
+        else:
+            if len(s.token_ids) > len(expected) or (complete and len(s.token_ids) != len(expected)):
+                problems.append(f"{s.group}#{s.index}: {len(s.token_ids)} tokens, solo {len(expected)}")
+    return CheckResult("identity", not problems, f"{compared - len(problems)}/{compared} streams equal their solo run",
+                       "all (a prefix, for streams that ended early)", problems)
+
+
+def _observed_outcome(s, behaviour) -> str:
+    if isinstance(behaviour, BadRequest) and s.status is not None and s.status != 200:
+        if s.status == behaviour.expect_status and s.error_type == behaviour.expect_error:
+            return "refused"
+        return f"refused_{s.status}_{s.error_type}"
+    return s.outcome
+
+
+def finish_reasons(scenario: Scenario, trace: Trace) -> CheckResult:
+    problems, figures = [], []
+    behaviours = {g.name: g.behaviour for g in scenario.groups}
+    for group in scenario.groups:
+        streams = trace.group(group.name)
+        got: dict[str, int] = {}
+        for s in streams:
+            key = _observed_outcome(s, behaviours[group.name])
+            got[key] = got.get(key, 0) + 1
+        figures.append(f"{group.name}: " + ", ".join(f"{k} {v}" for k, v in sorted(got.items())))
+        want = scenario.expect.finish_reasons.get(group.name)
+        if want is not None and dict(sorted(want.items())) != dict(sorted(got.items())):
+            problems.append(f"{group.name}: expected {want}, got {got}")
+        elif want is None and ("incomplete" in got or any(k.startswith("refused_") for k in got)):
+            problems.append(f"{group.name}: unexpected {got}")
+    bound = "; ".join(f"{g}: {w}" for g, w in scenario.expect.finish_reasons.items()) or "no incomplete streams"
+    return CheckResult("finish_reasons", not problems, "; ".join(figures), bound, problems)
+
+
+def latency(scenario: Scenario, trace: Trace, baselines: dict[str, Trace]) -> CheckResult:
+    problems, figures, bounds = [], [], []
+    for b in scenario.expect.latency:
+        value = percentile(metric_values(trace.group(b.group), b.metric), b.percentile)
+        label = f"{b.group} {b.metric} p{b.percentile:g}"
+        if value is None:
+            problems.append(f"{label}: no samples")
+            continue
+        if b.max_s is not None:
+            limit = b.max_s
+            bounds.append(f"{label} <= {b.max_s:g}s")
+        else:
+            base_trace = baselines[b.baseline_scenario] if b.baseline_scenario else trace
+            base_group = b.baseline_group or b.group
+            base = percentile(metric_values(base_trace.group(base_group), b.metric), b.percentile)
+            if not base:
+                problems.append(f"{label}: baseline {b.baseline_scenario or ''}{base_group} has no samples")
+                continue
+            limit = b.max_ratio * base
+            bounds.append(f"{label} <= {b.max_ratio:g} x {b.baseline_scenario or 'group'} {base_group} "
+                          f"({base * 1e3:.1f}ms)")
+        figures.append(f"{label} {value * 1e3:.1f}ms")
+        if value > limit:
+            problems.append(f"{label} = {value * 1e3:.1f}ms > {limit * 1e3:.1f}ms")
+    return CheckResult("latency", not problems, "; ".join(figures) or "none", "; ".join(bounds), problems)
+
+
+def release_within(scenario: Scenario, trace: Trace) -> CheckResult:
+    bound = scenario.expect.release_within
+    by_request = trace.release_by_request()
+    steps_seen, delays, problems = [], [], []
+    for s in trace.streams:
+        recs = by_request.get(s.request_id or "", [])
+        if len(recs) != 1 or recs[0]["reason"] != "cancelled" or recs[0].get("closed_after_step") is None:
+            continue
+        rec = recs[0]
+        steps = rec["release_step"] - rec["closed_after_step"]
+        steps_seen.append(steps)
+        if steps > bound.steps:
+            problems.append(f"{s.group}#{s.index}: released {steps} steps after its close")
+        if s.closed_at is not None:
+            delay = rec["released_at"] - s.closed_at - trace.config.get("clock_offset_s", 0.0)
+            delays.append(delay)
+            if delay > bound.seconds:
+                problems.append(f"{s.group}#{s.index}: released {delay * 1e3:.1f}ms after the client closed")
+    figure = (f"{len(steps_seen)} early closes; max {max(steps_seen, default=0)} steps, "
+              f"max {max(delays, default=0.0) * 1e3:.1f}ms after the client's close")
+    return CheckResult("release_within", not problems and bool(steps_seen), figure,
+                       f"<= {bound.steps} steps and {bound.seconds * 1e3:g}ms",
+                       problems or ([] if steps_seen else ["no stream left early"]))
+
+
+def waste(scenario: Scenario, trace: Trace) -> CheckResult:
+    by_request = trace.release_by_request()
+    generated = read = n = 0
+    for s in trace.streams:
+        recs = by_request.get(s.request_id or "", [])
+        if s.left_early and recs:
+            n += 1
+            generated += recs[0]["completion_tokens"]
+            read += len(s.token_ids)
+    ratio = generated / max(read, 1)
+    return CheckResult("waste", n > 0 and ratio <= scenario.expect.waste,
+                       f"{ratio:.2f} tokens generated per token read over {n} abandoned streams "
+                       f"({generated}/{read})", f"<= {scenario.expect.waste:g}")
+
+
+def run_checks(scenario: Scenario, trace: Trace, solo: dict[int, list[int]],
+               baselines: dict[str, Trace] | None = None) -> list[CheckResult]:
+    e = scenario.expect
+    results = [finish_reasons(scenario, trace)]
+    if e.leak_free:
+        results.append(leak_free(trace))
+    if e.exactly_once:
+        results.append(exactly_once(trace))
+    if e.identity:
+        results.append(identity(trace, solo))
+    if e.latency:
+        results.append(latency(scenario, trace, baselines or {}))
+    if e.release_within is not None:
+        results.append(release_within(scenario, trace))
+    if e.waste is not None:
+        results.append(waste(scenario, trace))
+    for r in results:
+        r.expected_to_fail = r.name in e.expect_failure
+    missing = set(e.expect_failure) - {r.name for r in results}
+    for name in sorted(missing):
+        results.append(CheckResult(name, True, "check not configured", "must be configured to fail", [],
+                                   expected_to_fail=True))
+    return results

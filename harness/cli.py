@@ -1,0 +1,113 @@
+"""`streamlab scenario ...`: run one file or the whole suite with a readable report; schema; calibrate."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from harness.collect import SCENARIOS_DIR, load_by_name
+from harness.scenario import ScenarioError, json_schema, load
+
+SCHEMA_PATH = SCENARIOS_DIR / "schema.json"
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    scenario = sub.add_parser("scenario", help="scenario files: run, run the suite, schema, calibrate")
+    scen_sub = scenario.add_subparsers(dest="scenario_command", required=True)
+    run = scen_sub.add_parser("run", help="run one scenario file and print a table per group")
+    run.add_argument("file", type=Path)
+    run.add_argument("--mode", choices=["sim", "live"], default="sim")
+    suite = scen_sub.add_parser("suite", help="run every scenario in scenarios/ and print a report")
+    suite.add_argument("--mode", choices=["sim", "live", "both"], default="both")
+    suite.add_argument("-k", dest="pattern", default="", help="only scenarios whose name contains this")
+    scen_sub.add_parser("schema", help=f"write the JSON Schema of the format to {SCHEMA_PATH}")
+    cal = scen_sub.add_parser("calibrate", help="measure the step-cost profile the simulation uses")
+    cal.add_argument("--model", default="tiny")
+
+
+def main(args: argparse.Namespace) -> int:
+    console = Console()
+    if args.scenario_command == "schema":
+        SCHEMA_PATH.write_text(json.dumps(json_schema(), indent=2) + "\n")
+        console.print(f"wrote {SCHEMA_PATH}")
+        return 0
+    if args.scenario_command == "calibrate":
+        from harness.profile import calibrate
+        profile = calibrate(args.model)
+        console.print(profile)
+        console.print(f"wrote {profile.save()}")
+        return 0
+    if args.scenario_command == "run":
+        try:
+            scenario = load(args.file)
+        except ScenarioError as exc:
+            console.print(f"[red]{exc}[/]")
+            return 2
+        outcome = _run(console, scenario, args.mode)
+        _print_outcome(console, outcome)
+        return 0 if outcome.ok else 1
+    return _suite(console, args.mode, args.pattern)
+
+
+def _run(console: Console, scenario, mode: str):
+    from harness.runner import run_scenario
+
+    with Progress(TextColumn(f"{scenario.name} [{mode}]"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=console, transient=True) as bar:
+        task = bar.add_task("clients", total=sum(g.count for g in scenario.groups))
+        return run_scenario(scenario, mode, load_by_name,
+                            progress=lambda done, total: bar.update(task, completed=done, total=total))
+
+
+def _print_outcome(console: Console, outcome) -> None:
+    from harness.report import group_table
+
+    console.print(group_table(outcome.trace))
+    for check in outcome.checks:
+        colour = "green" if check.ok else "red"
+        console.print(f"  [{colour}]{'ok' if check.ok else 'FAILED'}[/] {check.line()}")
+
+
+def _suite(console: Console, mode: str, pattern: str) -> int:
+    from harness.live_run import live_unavailable
+
+    modes = ["sim", "live"] if mode == "both" else [mode]
+    files = sorted(p for p in SCENARIOS_DIR.glob("*.yaml") if pattern in p.stem)
+    table = Table(title=f"streamlab scenario suite: {len(files)} scenarios, modes {', '.join(modes)}")
+    for col in ("scenario", "mode", "result", "checks", "wall s", "what failed"):
+        table.add_column(col, justify="right" if col == "wall s" else "left")
+    failed = passed = skipped = 0
+    t0 = time.perf_counter()
+    for path in files:
+        try:
+            scenario = load(path)
+        except ScenarioError as exc:
+            table.add_row(path.stem, "-", "[red]INVALID[/]", "", "", str(exc))
+            failed += 1
+            continue
+        for m in modes:
+            reason = None if m in scenario.modes else f"not a {m} scenario"
+            if m == "live" and reason is None:
+                reason = live_unavailable()
+            if reason:
+                table.add_row(scenario.name, m, "[yellow]skipped[/]", "", "", reason)
+                skipped += 1
+                continue
+            outcome = _run(console, scenario, m)
+            controls = [c.name for c in outcome.checks if c.expected_to_fail]
+            checks = f"{sum(c.ok for c in outcome.checks)}/{len(outcome.checks)}"
+            checks += f" (control: {', '.join(controls)} failed as designed)" if controls and outcome.ok else ""
+            table.add_row(scenario.name, m, "[green]passed[/]" if outcome.ok else "[red]FAILED[/]", checks,
+                          f"{outcome.trace.wall_s:.1f}", "\n".join(outcome.failures()))
+            failed += not outcome.ok
+            passed += outcome.ok
+    console.print(table)
+    console.print(f"{passed} passed, {failed} failed, {skipped} skipped in {time.perf_counter() - t0:.0f}s; "
+                  f"results and timelines in results/scenarios/")
+    return 1 if failed else 0

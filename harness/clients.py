@@ -1,0 +1,188 @@
+"""Client behaviours over a transport (simulated or real sockets). They record; they never judge."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from harness.scenario import BadRequest, Dropper, GroupSpec, Reader, Sleeper, Stalled
+from streamlab.sse import SSEEvent
+
+READ_DEADLINE_S = 120.0  # no single read waits longer than this
+
+
+class Connection(Protocol):
+    ended: bool
+    bytes_read: int
+
+    async def read_head(self, timeout_s: float = ...): ...
+    async def read_events(self, count: int | None = None, timeout_s: float = ...) -> list[SSEEvent]: ...
+    async def read_chunk(self, max_bytes: int, timeout_s: float = ...) -> list[SSEEvent]: ...
+    async def read_json(self, timeout_s: float = ...) -> dict: ...
+    def close(self, how: str = "fin") -> None: ...
+
+
+Opener = Callable[[str, dict | bytes, dict[str, str] | None], Awaitable[Connection]]
+
+
+@dataclass
+class StreamRecord:
+    group: str
+    index: int
+    behaviour: str
+    prompt: str
+    request: dict
+    sent_at: float | None = None
+    head_at: float | None = None
+    status: int | None = None
+    request_id: str | None = None
+    error_type: str | None = None  # for a refusal: the error envelope's type
+    start_at: float | None = None
+    prompt_tokens: int | None = None
+    token_times: list[float] = field(default_factory=list)
+    token_ids: list[int] = field(default_factory=list)
+    text: str = ""
+    finish: str | None = None  # done's finish_reason, an error event's type, or None if the client left first
+    ended_at: float | None = None  # the last event (done or error) arrived
+    closed_at: float | None = None  # the client closed early
+    close_how: str | None = None
+    bytes_read: int = 0
+    failure: str | None = None  # the client itself could not do what it meant to (a timeout, a reset)
+
+    @property
+    def left_early(self) -> bool:
+        return self.closed_at is not None and self.finish is None
+
+    @property
+    def outcome(self) -> str:
+        if self.status is not None and self.status != 200:
+            return "refused"
+        if self.finish is not None:
+            return self.finish
+        return "client_left" if self.closed_at is not None else "incomplete"
+
+
+def bad_body(kind: str, prompt: str, budget: int) -> tuple[bytes, dict[str, str]]:
+    json_type = {"content-type": "application/json"}
+    bodies = {
+        "malformed_json": (b'{"prompt": "unterminated', json_type),
+        "wrong_type": (json.dumps({"prompt": prompt, "max_new_tokens": "many"}).encode(), json_type),
+        "unknown_field": (json.dumps({"prompt": prompt, "surprise": True}).encode(), json_type),
+        "too_many_tokens": (json.dumps({"prompt": prompt, "max_new_tokens": budget}).encode(), json_type),
+        "body_too_large": (json.dumps({"prompt": "x" * 70_000}).encode(), json_type),
+        "wrong_content_type": (json.dumps({"prompt": prompt}).encode(), {"content-type": "text/plain"}),
+        "empty_prompt": (json.dumps({"prompt": ""}).encode(), json_type),
+        "lab_option": (json.dumps({"prompt": prompt, "pad_bytes": 1024}).encode(), json_type),
+    }
+    return bodies[kind]
+
+
+class Client:
+    def __init__(self, group: GroupSpec, record: StreamRecord, rng: random.Random, clock: Callable[[], float],
+                 on_first_token: Callable[[str], None] | None = None) -> None:
+        self.group = group
+        self.behaviour = group.behaviour
+        self.record = record
+        self.rng = rng
+        self.clock = clock
+        self.on_first_token = on_first_token
+
+    def _note(self, events: list[SSEEvent]) -> None:
+        rec = self.record
+        now = self.clock()
+        for ev in events:
+            data = ev.json() if ev.data.startswith("{") else {}
+            if ev.event == "start":
+                rec.start_at, rec.request_id, rec.prompt_tokens = now, data.get("id"), data.get("prompt_tokens")
+            elif ev.event == "token":
+                if not rec.token_times and self.on_first_token:
+                    self.on_first_token(self.group.name)
+                rec.token_times.append(now)
+                rec.token_ids.append(data["token_id"])
+                rec.text += data["text"]
+            elif ev.event == "done":
+                rec.finish, rec.ended_at = data["finish_reason"], now
+            elif ev.event == "error":
+                rec.finish, rec.ended_at = data["error"]["type"], now
+
+    async def run(self, open_connection: Opener, budget: int) -> None:
+        rec = self.record
+        behaviour = self.behaviour
+        rec.sent_at = self.clock()
+        if isinstance(behaviour, BadRequest):
+            body, headers = bad_body(behaviour.send, rec.prompt, budget)
+            conn = await open_connection("/v1/stream", body, headers)
+            try:
+                head = await conn.read_head(READ_DEADLINE_S)
+                rec.status, rec.head_at = head.status, self.clock()
+                reply = await conn.read_json(READ_DEADLINE_S)
+                rec.error_type = reply.get("error", {}).get("type")
+            finally:
+                conn.close("fin")
+            return
+        conn = await open_connection("/v1/stream", {"prompt": rec.prompt, **rec.request}, None)
+        how = self._close_how()
+        try:
+            if isinstance(behaviour, Stalled):
+                await asyncio.sleep(behaviour.give_up_s)  # never reads, not even the head
+                self._close(conn, how)
+                return
+            head = await conn.read_head(READ_DEADLINE_S)
+            rec.status, rec.head_at = head.status, self.clock()
+            if head.status != 200:
+                rec.error_type = (await conn.read_json(READ_DEADLINE_S)).get("error", {}).get("type")
+                return
+            rec.request_id = head.headers.get("x-request-id")
+            if isinstance(behaviour, Reader):
+                while not conn.ended:
+                    self._note(await conn.read_events(1, READ_DEADLINE_S))
+            elif isinstance(behaviour, Sleeper):
+                while not conn.ended:
+                    self._note(await conn.read_chunk(behaviour.read_bytes, READ_DEADLINE_S))
+                    if not conn.ended:
+                        await asyncio.sleep(behaviour.sleep_s)
+            elif isinstance(behaviour, Dropper):
+                await self._drop(conn, behaviour, how)
+        except (OSError, asyncio.TimeoutError, ConnectionError) as exc:
+            rec.failure = f"{type(exc).__name__}: {exc}"
+        finally:
+            rec.bytes_read = conn.bytes_read
+            if not conn.ended and rec.closed_at is None:
+                self._close(conn, how)
+            elif rec.closed_at is None:
+                conn.close("fin")
+
+    def _close_how(self) -> str:
+        how = getattr(self.behaviour, "close", "fin")
+        return self.rng.choice(["fin", "rst"]) if how == "mixed" else how
+
+    def _close(self, conn: Connection, how: str) -> None:
+        self.record.closed_at = self.clock()
+        self.record.close_how = how
+        conn.close(how)
+
+    async def _drop(self, conn: Connection, behaviour: Dropper, how: str) -> None:
+        rec = self.record
+        if behaviour.while_waiting:
+            while rec.start_at is None and not conn.ended:
+                self._note(await conn.read_events(1, READ_DEADLINE_S))
+        elif behaviour.after_s is not None:
+            try:
+                await asyncio.wait_for(self._read_all(conn), behaviour.after_s)
+            except asyncio.TimeoutError:
+                pass
+        else:
+            after = behaviour.after_tokens
+            limit = self.rng.randint(*after) if isinstance(after, tuple) else after
+            while len(rec.token_ids) < limit and not conn.ended:
+                self._note(await conn.read_events(1, READ_DEADLINE_S))
+        if not conn.ended or rec.finish is None:
+            self._close(conn, how)
+
+    async def _read_all(self, conn: Connection) -> None:
+        while not conn.ended:
+            self._note(await conn.read_events(1, READ_DEADLINE_S))

@@ -1,0 +1,139 @@
+"""Trace (what happened), per-group figures, rendering and the JSON result. Passes no verdicts."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from rich.table import Table
+
+from harness.clients import StreamRecord
+
+
+@dataclass
+class Trace:
+    scenario: str
+    mode: str
+    seed: int
+    config: dict
+    streams: list[StreamRecord]
+    server: dict  # /stats after the run drained
+    releases: list[dict]  # one record per request the engine ended
+    invariants: list[str]
+    ledger_problems: list[str]
+    wall_s: float = 0.0
+    duration_s: float = 0.0  # on the harness clock (virtual in simulation)
+    notes: list[str] = field(default_factory=list)
+
+    def to_json(self) -> str:
+        data = asdict(self)
+        data.pop("wall_s")  # the only field that is not a function of the scenario and seed
+        return json.dumps(data, indent=1, sort_keys=True, default=str)
+
+    def group(self, name: str) -> list[StreamRecord]:
+        return [s for s in self.streams if s.group == name]
+
+    def release_by_request(self) -> dict[str, list[dict]]:
+        out: dict[str, list[dict]] = {}
+        for r in self.releases:
+            out.setdefault(r["request_id"], []).append(r)
+        return out
+
+
+def percentile(values: list[float], p: float) -> float | None:
+    """Nearest-rank percentile; None for no values."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    rank = max(1, math.ceil(p / 100 * len(ordered)))
+    return ordered[min(rank, len(ordered)) - 1]
+
+
+def metric_values(streams: list[StreamRecord], metric: str) -> list[float]:
+    if metric == "ttft_s":
+        return [s.token_times[0] - s.sent_at for s in streams if s.token_times and s.sent_at is not None]
+    if metric == "gap_s":
+        return [b - a for s in streams for a, b in zip(s.token_times, s.token_times[1:])]
+    if metric == "completion_s":
+        return [s.ended_at - s.sent_at for s in streams if s.ended_at is not None and s.sent_at is not None]
+    raise ValueError(f"unknown metric {metric}")
+
+
+def outcomes(streams: list[StreamRecord]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for s in streams:
+        counts[s.outcome] = counts.get(s.outcome, 0) + 1
+    return dict(sorted(counts.items()))
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value * 1e3:.1f}"
+
+
+def group_table(trace: Trace) -> Table:
+    table = Table(title=f"{trace.scenario} [{trace.mode}] seed {trace.seed}: {trace.duration_s:.2f}s on the "
+                        f"harness clock, {trace.wall_s:.1f}s wall")
+    for col in ("group", "n", "outcomes", "TTFT p50/p99 ms", "gap p50/p99 ms", "done p50/p99 ms", "tokens read"):
+        table.add_column(col, justify="left" if col in ("group", "outcomes") else "right")
+    names = list(dict.fromkeys(s.group for s in trace.streams))
+    for name in names:
+        streams = trace.group(name)
+        cells = []
+        for metric in ("ttft_s", "gap_s", "completion_s"):
+            values = metric_values(streams, metric)
+            cells.append(f"{_ms(percentile(values, 50))}/{_ms(percentile(values, 99))}")
+        table.add_row(name, str(len(streams)), ", ".join(f"{k} {v}" for k, v in outcomes(streams).items()), *cells,
+                      str(sum(len(s.token_ids) for s in streams)))
+    return table
+
+
+def write_result(trace: Trace, checks: list, out_dir: Path) -> Path:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / f"{trace.scenario}-{trace.mode}.json"
+    data = json.loads(trace.to_json())
+    data["wall_s"] = trace.wall_s
+    data["checks"] = [asdict(c) for c in checks]
+    path.write_text(json.dumps(data, indent=1) + "\n")
+    return path
+
+
+def timeline_png(trace: Trace, out_dir: Path) -> Path:
+    """One row per stream: tokens over time, the client's close (x) and the release (|) marked."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / f"{trace.scenario}-{trace.mode}.png"
+    streams = trace.streams
+    releases = {rid: recs[-1] for rid, recs in trace.release_by_request().items()}
+    groups = list(dict.fromkeys(s.group for s in streams))
+    colours = plt.get_cmap("tab10")
+    fig, ax = plt.subplots(figsize=(10, max(3.0, min(0.08 * len(streams) + 1.5, 30))))
+    for row, s in enumerate(streams):
+        colour = colours(groups.index(s.group) % 10)
+        if s.sent_at is not None:
+            end = s.ended_at or s.closed_at or (s.token_times[-1] if s.token_times else s.sent_at)
+            ax.hlines(row, s.sent_at, end, colors=colour, linewidth=0.6, alpha=0.4)
+        if s.token_times:
+            ax.plot(s.token_times, [row] * len(s.token_times), "|", color=colour, markersize=3)
+        if s.closed_at is not None:
+            ax.plot([s.closed_at], [row], "x", color="black", markersize=4)
+        rel = releases.get(s.request_id or "")
+        if rel is not None and rel.get("closed_at") is not None:
+            ax.plot([rel["released_at"] - (trace.config.get("clock_offset_s") or 0.0)], [row], "|", color="red",
+                    markersize=7)
+    for i, g in enumerate(groups):
+        ax.plot([], [], "|", color=colours(i % 10), label=g)
+    ax.plot([], [], "x", color="black", label="client closed")
+    ax.plot([], [], "|", color="red", label="released")
+    ax.set_xlabel(f"seconds ({'virtual' if trace.mode == 'sim' else 'wall'} clock)")
+    ax.set_ylabel("stream")
+    ax.set_title(f"{trace.scenario} [{trace.mode}]")
+    ax.legend(loc="upper right", fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return path

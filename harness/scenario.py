@@ -1,0 +1,370 @@
+"""The scenario format: pydantic models, load(), and errors that name the file, line and field.
+
+One scenario per YAML file, its `name` equal to the file's stem. `scenarios/schema.json` is
+generated from these models (`streamlab scenario schema`) for editors; a test keeps it current.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Literal, Union
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from streamlab.config import CacheConfig, EngineConfig, ServiceConfig
+from streamlab.policies import BackpressureConfig, Policy
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+# ---- the server ----
+
+class ServerSpec(Strict):
+    """Engine and service configuration, as `streamlab serve` takes it."""
+    model: str = "tiny"
+    max_batch: int = Field(8, ge=1)
+    cache_blocks: int = Field(1024, ge=1)
+    block_size: int = Field(16, ge=1)
+    waiting_limit: int = Field(64, ge=1)
+    max_tokens_budget: int = Field(1024, ge=2)
+    policy: Policy = Policy.PAUSE
+    queue_limit: int = Field(8, ge=1)
+    stall_timeout_s: float = Field(0.25, gt=0)
+    keepalive_s: float = Field(15.0, gt=0)
+    lab: bool = False
+
+    def service_config(self) -> ServiceConfig:
+        return ServiceConfig(model=self.model,
+                             engine=EngineConfig(self.max_batch, CacheConfig(self.cache_blocks, self.block_size)),
+                             backpressure=BackpressureConfig(self.policy, self.queue_limit, self.stall_timeout_s),
+                             waiting_limit=self.waiting_limit, max_tokens_budget=self.max_tokens_budget,
+                             keepalive_s=self.keepalive_s, lab=self.lab)
+
+    def serve_args(self) -> list[str]:
+        args = ["--model", self.model, "--max-batch", str(self.max_batch), "--cache-blocks", str(self.cache_blocks),
+                "--block-size", str(self.block_size), "--waiting-limit", str(self.waiting_limit),
+                "--max-tokens-budget", str(self.max_tokens_budget), "--policy", self.policy.value,
+                "--queue-limit", str(self.queue_limit), "--stall-timeout", str(self.stall_timeout_s),
+                "--keepalive", str(self.keepalive_s)]
+        return args + (["--lab"] if self.lab else [])
+
+
+# ---- what each client sends ----
+
+class CorpusPrompt(Strict):
+    """Prompts drawn (by the scenario seed) from the shipped corpus, cut to a token length range."""
+    corpus: Literal[True] = True
+    tokens: tuple[int, int] = (16, 64)
+
+    @model_validator(mode="after")
+    def _range(self) -> "CorpusPrompt":
+        if not 1 <= self.tokens[0] <= self.tokens[1]:
+            raise ValueError("tokens must be [min, max] with 1 <= min <= max")
+        return self
+
+
+class LiteralPrompt(Strict):
+    text: str = Field(min_length=1)
+
+
+class RequestSpec(Strict):
+    max_new_tokens: int = Field(32, ge=1)
+    temperature: float = Field(0.0, ge=0)
+    top_k: int = Field(0, ge=0)
+    top_p: float = Field(1.0, gt=0, le=1)
+    seed: int | None = Field(None, ge=0, description="sampling seed; each stream adds its index")
+    stop: list[str] = Field(default_factory=list)
+    ignore_eos: bool = True
+    pad_bytes: int = Field(0, ge=0, description="lab: a comment of this many bytes before each token event")
+    response_class: Literal["starlette", "write_only"] = "starlette"
+
+
+# ---- behaviours ----
+
+class Reader(Strict):
+    """Reads everything as fast as it can."""
+    kind: Literal["reader"]
+
+
+class Sleeper(Strict):
+    """Reads a chunk (up to read_bytes from the socket), then sleeps sleep_s, repeatedly."""
+    kind: Literal["sleeper"]
+    read_bytes: int = Field(65536, ge=1)
+    sleep_s: float = Field(0.25, gt=0)
+    recv_buffer_bytes: int | None = Field(None, ge=1024, description="live: SO_RCVBUF, so backpressure reaches the server")
+
+
+class Stalled(Strict):
+    """Connects, sends its request, never reads; leaves after give_up_s."""
+    kind: Literal["stalled"]
+    give_up_s: float = Field(5.0, gt=0)
+    close: Literal["fin", "rst"] = "fin"
+
+
+class Dropper(Strict):
+    """Leaves after `after_tokens` tokens (a number or [min, max]), after `after_s` seconds, or while waiting for a slot."""
+    kind: Literal["dropper"]
+    after_tokens: int | tuple[int, int] | None = None
+    after_s: float | None = Field(None, ge=0)
+    while_waiting: bool = False
+    close: Literal["fin", "rst", "mixed"] = "fin"
+
+    @model_validator(mode="after")
+    def _one_trigger(self) -> "Dropper":
+        given = [self.after_tokens is not None, self.after_s is not None, self.while_waiting]
+        if sum(given) != 1:
+            raise ValueError("give exactly one of after_tokens, after_s, while_waiting")
+        return self
+
+
+class BadRequest(Strict):
+    """Sends a malformed or oversized request and expects a refusal."""
+    kind: Literal["bad_request"]
+    send: Literal["malformed_json", "wrong_type", "unknown_field", "too_many_tokens", "body_too_large",
+                  "wrong_content_type", "empty_prompt", "lab_option"]
+    expect_status: int = Field(ge=400, le=599)
+    expect_error: str
+
+
+Behaviour = Annotated[Union[Reader, Sleeper, Stalled, Dropper, BadRequest], Field(discriminator="kind")]
+
+
+# ---- arrivals ----
+
+class AtOnce(Strict):
+    kind: Literal["at_once"]
+    at_s: float = Field(0.0, ge=0)
+
+
+class Uniform(Strict):
+    kind: Literal["uniform"]
+    start_s: float = Field(0.0, ge=0)
+    end_s: float = Field(gt=0)
+
+
+class Poisson(Strict):
+    kind: Literal["poisson"]
+    rate_per_s: float = Field(gt=0)
+    start_s: float = Field(0.0, ge=0)
+
+
+class Offsets(Strict):
+    kind: Literal["offsets"]
+    offsets_s: list[float] = Field(min_length=1)
+
+
+class JoinWhile(Strict):
+    """Arrive uniformly in [start_s, end_s] after the first token of group `group`, while it runs."""
+    kind: Literal["join_while"]
+    group: str
+    start_s: float = Field(0.0, ge=0)
+    end_s: float = Field(1.0, gt=0)
+
+
+Arrival = Annotated[Union[AtOnce, Uniform, Poisson, Offsets, JoinWhile], Field(discriminator="kind")]
+
+
+# ---- network (Toxiproxy toxics, live; latency and bandwidth are modelled in simulation) ----
+
+class Toxic(Strict):
+    stream: Literal["upstream", "downstream"] = "downstream"
+    toxicity: float = Field(1.0, ge=0, le=1)
+
+
+class LatencyToxic(Toxic):
+    type: Literal["latency"]
+    latency_ms: int = Field(ge=0)
+    jitter_ms: int = Field(0, ge=0)
+
+
+class BandwidthToxic(Toxic):
+    type: Literal["bandwidth"]
+    rate_kbps: int = Field(ge=1, description="KB/s, as Toxiproxy counts it")
+
+
+class SlowCloseToxic(Toxic):
+    type: Literal["slow_close"]
+    delay_ms: int = Field(ge=0)
+
+
+class TimeoutToxic(Toxic):
+    type: Literal["timeout"]
+    timeout_ms: int = Field(ge=0)
+
+
+class ResetPeerToxic(Toxic):
+    type: Literal["reset_peer"]
+    timeout_ms: int = Field(0, ge=0)
+
+
+class SlicerToxic(Toxic):
+    type: Literal["slicer"]
+    average_size: int = Field(ge=1)
+    size_variation: int = Field(0, ge=0)
+    delay_us: int = Field(0, ge=0)
+
+
+class LimitDataToxic(Toxic):
+    type: Literal["limit_data"]
+    bytes: int = Field(ge=0)
+
+
+ToxicSpec = Annotated[Union[LatencyToxic, BandwidthToxic, SlowCloseToxic, TimeoutToxic, ResetPeerToxic,
+                            SlicerToxic, LimitDataToxic], Field(discriminator="type")]
+
+
+class ProxyDown(Strict):
+    """Take the group's proxy down at at_s for for_s seconds (live)."""
+    at_s: float = Field(ge=0)
+    for_s: float = Field(gt=0)
+
+
+class NetworkSpec(Strict):
+    toxics: list[ToxicSpec] = Field(default_factory=list)
+    down: list[ProxyDown] = Field(default_factory=list)
+    direct: bool = Field(False, description="bypass the proxy (RST droppers the server must see as RST)")
+
+
+class GroupSpec(Strict):
+    name: str = Field(pattern=r"^[a-z][a-z0-9_]*$")
+    count: int = Field(1, ge=1, le=2000)
+    prompt: CorpusPrompt | LiteralPrompt = Field(default_factory=CorpusPrompt)
+    request: RequestSpec = Field(default_factory=RequestSpec)
+    behaviour: Behaviour
+    arrival: Arrival = Field(default_factory=lambda: AtOnce(kind="at_once"))
+    network: NetworkSpec | None = None
+
+
+# ---- expectations ----
+
+Metric = Literal["ttft_s", "gap_s", "completion_s"]
+
+
+class LatencyBound(Strict):
+    """A percentile of a group's metric, under an absolute bound or a multiple of a baseline's."""
+    group: str
+    metric: Metric
+    percentile: float = Field(50, ge=0, le=100)
+    max_s: float | None = Field(None, gt=0)
+    max_ratio: float | None = Field(None, gt=0)
+    baseline_group: str | None = None
+    baseline_scenario: str | None = None
+
+    @model_validator(mode="after")
+    def _one_bound(self) -> "LatencyBound":
+        if (self.max_s is None) == (self.max_ratio is None):
+            raise ValueError("give exactly one of max_s and max_ratio")
+        if self.max_ratio is not None and (self.baseline_group is None) == (self.baseline_scenario is None):
+            raise ValueError("max_ratio needs exactly one of baseline_group and baseline_scenario")
+        return self
+
+
+class ReleaseWithin(Strict):
+    steps: int = Field(1, ge=0)
+    seconds: float = Field(0.25, gt=0)
+
+
+CheckName = Literal["leak_free", "exactly_once", "identity", "finish_reasons", "latency", "release_within", "waste"]
+
+
+class Expectations(Strict):
+    leak_free: bool = True
+    exactly_once: bool = True
+    identity: bool = True
+    finish_reasons: dict[str, dict[str, int]] = Field(
+        default_factory=dict, description="group -> {reason: count}; reasons: length, eos, stop, client_left, "
+                                          "refused, or an error type such as slow_client")
+    latency: list[LatencyBound] = Field(default_factory=list)
+    release_within: ReleaseWithin | None = None
+    waste: float | None = Field(None, gt=0, description="max tokens generated per token read, abandoned streams")
+    expect_failure: list[CheckName] = Field(default_factory=list, description="negative controls: these must fail")
+
+
+class Scenario(Strict):
+    name: str = Field(pattern=r"^[a-z][a-z0-9_]*$")
+    description: str = ""
+    seed: int = 0
+    modes: list[Literal["sim", "live"]] = Field(default_factory=lambda: ["sim", "live"], min_length=1)
+    server: ServerSpec = Field(default_factory=ServerSpec)
+    groups: list[GroupSpec] = Field(min_length=1)
+    expect: Expectations = Field(default_factory=Expectations)
+    drain_s: float = Field(30.0, gt=0, description="how long to wait for the server to drain after the clients")
+
+    @model_validator(mode="after")
+    def _references(self) -> "Scenario":
+        names = [g.name for g in self.groups]
+        if len(set(names)) != len(names):
+            raise ValueError("group names must be unique")
+        known = set(names)
+        for g in self.groups:
+            if isinstance(g.arrival, JoinWhile) and g.arrival.group not in known - {g.name}:
+                raise ValueError(f"group {g.name}: join_while names unknown group {g.arrival.group!r}")
+        for bound in self.expect.latency:
+            for ref in (bound.group, bound.baseline_group):
+                if ref is not None and ref not in known:
+                    raise ValueError(f"expect.latency names unknown group {ref!r}")
+        for ref in self.expect.finish_reasons:
+            if ref not in known:
+                raise ValueError(f"expect.finish_reasons names unknown group {ref!r}")
+        return self
+
+
+# ---- loading ----
+
+class ScenarioError(ValueError):
+    """A scenario file with a mistake: the message names the file, the line and the field."""
+
+
+def _line_of(root: yaml.Node | None, loc: tuple) -> int | None:
+    node, line = root, (root.start_mark.line + 1 if root is not None else None)
+    for part in loc:
+        if isinstance(node, yaml.MappingNode):
+            match = next((v for k, v in node.value if k.value == part), None)
+            if match is None:
+                continue  # a union tag or a model name pydantic adds: not in the file
+            node = match
+        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and part < len(node.value):
+            node = node.value[part]
+        else:
+            continue
+        line = node.start_mark.line + 1
+    return line
+
+
+def load(path: str | Path) -> Scenario:
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+        data = yaml.safe_load(text)
+        root = yaml.compose(text)
+    except OSError as exc:
+        raise ScenarioError(f"{path}: cannot read: {exc}") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark else str(path)
+        raise ScenarioError(f"{where}: not valid YAML: {getattr(exc, 'problem', exc)}") from None
+    if not isinstance(data, dict):
+        raise ScenarioError(f"{path}:1: a scenario is a mapping with at least `name` and `groups`")
+    try:
+        scenario = Scenario.model_validate(data)
+    except ValidationError as exc:
+        lines = []
+        for err in exc.errors():
+            field = ".".join(str(p) for p in err["loc"]) or "(top level)"
+            line = _line_of(root, err["loc"])
+            lines.append(f"{path}:{line}: {field}: {err['msg']}")
+        raise ScenarioError("\n".join(lines)) from None
+    if scenario.name != path.stem:
+        raise ScenarioError(f"{path}:{_line_of(root, ('name',))}: name: is {scenario.name!r}, expected the file's "
+                            f"stem {path.stem!r}")
+    return scenario
+
+
+def json_schema() -> dict:
+    schema = Scenario.model_json_schema()
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["title"] = "streamlab scenario"
+    return schema
