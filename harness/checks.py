@@ -65,8 +65,11 @@ def identity(trace: Trace, solo: dict[int, list[int]]) -> CheckResult:
                 problems.append(f"{s.group}#{s.index} first divergence at token {k}: solo {a}, stream {b}")
                 break
         else:
-            if len(s.token_ids) > len(expected) or (complete and len(s.token_ids) != len(expected)):
-                problems.append(f"{s.group}#{s.index}: {len(s.token_ids)} tokens, solo {len(expected)}")
+            # The solo run goes one token past what the stream read, unless it ended there itself.
+            solo_ended = len(expected) <= len(s.token_ids)
+            if len(s.token_ids) > len(expected) or (complete and not solo_ended):
+                problems.append(f"{s.group}#{s.index}: {len(s.token_ids)} tokens, solo "
+                                f"{'ends at' if solo_ended else 'goes on past'} {len(expected)}")
     return CheckResult("identity", not problems, f"{compared - len(problems)}/{compared} streams equal their solo run",
                        "all (a prefix, for streams that ended early)", problems)
 
@@ -111,7 +114,7 @@ def latency(scenario: Scenario, trace: Trace, baselines: dict[str, Trace]) -> Ch
             bounds.append(f"{label} <= {b.max_s:g}s")
         else:
             base_trace = baselines[b.baseline_scenario] if b.baseline_scenario else trace
-            base_group = b.baseline_group or b.group
+            base_group = b.baseline_group or b.group  # in the baseline scenario, if one is named
             base = percentile(metric_values(base_trace.group(base_group), b.metric), b.percentile)
             if not base:
                 problems.append(f"{label}: baseline {b.baseline_scenario or ''}{base_group} has no samples")

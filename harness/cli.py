@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from pathlib import Path
 
@@ -32,7 +33,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    console = Console()
+    console = Console(width=None if sys.stdout.isatty() else 160)
     if args.scenario_command == "schema":
         SCHEMA_PATH.write_text(json.dumps(json_schema(), indent=2) + "\n")
         console.print(f"wrote {SCHEMA_PATH}")
@@ -81,7 +82,7 @@ def _suite(console: Console, mode: str, pattern: str) -> int:
     files = sorted(p for p in SCENARIOS_DIR.glob("*.yaml") if pattern in p.stem)
     table = Table(title=f"streamlab scenario suite: {len(files)} scenarios, modes {', '.join(modes)}")
     for col in ("scenario", "mode", "result", "checks", "wall s", "what failed"):
-        table.add_column(col, justify="right" if col == "wall s" else "left")
+        table.add_column(col, justify="right" if col == "wall s" else "left", no_wrap=col == "scenario")
     failed = passed = skipped = 0
     t0 = time.perf_counter()
     for path in files:

@@ -180,6 +180,8 @@ class Client:
             limit = self.rng.randint(*after) if isinstance(after, tuple) else after
             while len(rec.token_ids) < limit and not conn.ended:
                 self._note(await conn.read_events(1, READ_DEADLINE_S))
+                if behaviour.read_pause_s and len(rec.token_ids) < limit:
+                    await asyncio.sleep(behaviour.read_pause_s)
         if not conn.ended or rec.finish is None:
             self._close(conn, how)
 

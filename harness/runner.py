@@ -100,29 +100,48 @@ def sampling_params(request: dict) -> SamplingParams:
                           ignore_eos=request["ignore_eos"])
 
 
-def solo_runs(scenario: Scenario, loaded: LoadedModel, planned: list[PlannedClient]) -> dict[int, list[int]]:
-    """Each stream's request run alone on a fresh engine: the identity reference."""
+_SOLO_CACHE: dict[str, list[int]] = {}  # (model, prompt, request) -> tokens, for this process
+
+
+def solo_runs(scenario: Scenario, loaded: LoadedModel, planned: list[PlannedClient],
+              streams: list[StreamRecord]) -> dict[int, list[int]]:
+    """Each stream's request run alone on a fresh engine: the identity reference.
+
+    A run goes as far as the longest stream with that request read (plus one token, so a
+    stream that made more tokens than its solo run is caught), never past max_new_tokens.
+    """
     table = token_byte_table(loaded.tokenizer, loaded.model.shape.vocab_size)
-    cache: dict[str, list[int]] = {}
+    needed: dict[str, int] = {}
+    for i, pc in enumerate(planned):
+        if pc.group.behaviour.kind != "bad_request" and streams[i].token_ids:
+            key = json.dumps([scenario.server.model, pc.prompt, pc.request], sort_keys=True)
+            needed[key] = max(needed.get(key, 0), len(streams[i].token_ids) + 1)
     out: dict[int, list[int]] = {}
     for i, pc in enumerate(planned):
-        if pc.group.behaviour.kind == "bad_request":
+        key = json.dumps([scenario.server.model, pc.prompt, pc.request], sort_keys=True)
+        if key not in needed:
             continue
-        key = json.dumps([pc.prompt, pc.request], sort_keys=True)
-        if key not in cache:
+        cached = _SOLO_CACHE.get(key)
+        if cached is None or (len(cached) < needed[key] and len(cached) < pc.request["max_new_tokens"]
+                              and not _ended_early(cached, pc, loaded)):
             ids = loaded.tokenizer.encode(pc.prompt)
             params = sampling_params(pc.request)
             blocks = CacheConfig().blocks_for(len(ids) + params.max_new_tokens) + 1
             engine = BatchEngine(loaded.model, EngineConfig(max_batch=1, cache=CacheConfig(num_blocks=blocks)))
             engine.submit("solo", ids, params, stop_check=TextStream(table, pc.request["stop"]))
             tokens: list[int] = []
-            for _ in range(params.max_new_tokens + 2):
+            for _ in range(min(needed[key], params.max_new_tokens)):
                 if not engine.has_work():
                     break
                 tokens += [t.token_id for t in engine.step().tokens]
-            cache[key] = tokens
-        out[i] = cache[key]
+            _SOLO_CACHE[key] = cached = tokens
+        out[i] = cached
     return out
+
+
+def _ended_early(tokens: list[int], pc: PlannedClient, loaded: LoadedModel) -> bool:
+    """A solo run shorter than asked because it stopped (eos or a stop string) is complete."""
+    return bool(tokens) and (tokens[-1] == loaded.model.eos_token_id or bool(pc.request["stop"]))
 
 
 def sim_network(group: GroupSpec) -> tuple[float, float | None]:
@@ -152,10 +171,16 @@ async def _simulate(scenario: Scenario, loaded: LoadedModel, planned: list[Plann
         hub = state["hub"]
         driver = loop.create_task(drive(hub, profile))
 
+        slots = asyncio.Semaphore(scenario.max_clients_at_once or len(planned) or 1)
+
         async def one(pc: PlannedClient, record: StreamRecord) -> None:
             if isinstance(pc.group.arrival, JoinWhile):
                 await first_token[pc.group.arrival.group].wait()
             await asyncio.sleep(pc.at_s)
+            async with slots:
+                await _client(pc, record)
+
+        async def _client(pc: PlannedClient, record: StreamRecord) -> None:
             latency, rate = sim_network(pc.group)
 
             async def opener(path: str, body, headers):
@@ -202,6 +227,9 @@ def simulate(scenario: Scenario, progress=None) -> tuple[Trace, list[PlannedClie
     return trace, planned
 
 
+_BASELINE_TRACES: dict[tuple[str, str], Trace] = {}  # (scenario, mode) -> its latest trace in this process
+
+
 @dataclass
 class Outcome:
     scenario: Scenario
@@ -227,15 +255,25 @@ def run_scenario(scenario: Scenario, mode: str, baseline_loader=None, write_resu
     else:
         raise ValueError(f"unknown mode {mode!r}")
     loaded = model(scenario.server.model)
-    solo = solo_runs(scenario, loaded, planned) if scenario.expect.identity else {}
+    solo = solo_runs(scenario, loaded, planned, trace.streams) if scenario.expect.identity else {}
     baselines = {}
     for bound in scenario.expect.latency:
-        if bound.baseline_scenario and bound.baseline_scenario not in baselines:
+        name = bound.baseline_scenario
+        if not name or name in baselines:
+            continue
+        if name == scenario.name:
+            baselines[name] = trace
+        elif (name, mode) in _BASELINE_TRACES:  # measured earlier in this process
+            baselines[name] = _BASELINE_TRACES[(name, mode)]
+        else:
             if baseline_loader is None:
-                raise ValueError(f"{scenario.name}: baseline scenario {bound.baseline_scenario!r} needs a loader")
-            baselines[bound.baseline_scenario] = run_scenario(baseline_loader(bound.baseline_scenario), mode,
-                                                              baseline_loader, write_results=False).trace
+                raise ValueError(f"{scenario.name}: baseline scenario {name!r} needs a loader")
+            base = baseline_loader(name)
+            if any(b.baseline_scenario not in (None, name) for b in base.expect.latency):
+                raise ValueError(f"{scenario.name}: baseline {name!r} has a baseline of its own; chains are refused")
+            baselines[name] = run_scenario(base, mode, baseline_loader, write_results=False).trace
     checks = run_checks(scenario, trace, solo, baselines)
+    _BASELINE_TRACES[(scenario.name, mode)] = trace
     if write_results:
         from harness.report import timeline_png, write_result
         write_result(trace, checks, RESULTS)

@@ -111,6 +111,7 @@ class Dropper(Strict):
     after_s: float | None = Field(None, ge=0)
     while_waiting: bool = False
     close: Literal["fin", "rst", "mixed"] = "fin"
+    read_pause_s: float = Field(0.0, ge=0, description="sleep between reads: a slow reader that leaves early")
 
     @model_validator(mode="after")
     def _one_trigger(self) -> "Dropper":
@@ -257,8 +258,8 @@ class LatencyBound(Strict):
     def _one_bound(self) -> "LatencyBound":
         if (self.max_s is None) == (self.max_ratio is None):
             raise ValueError("give exactly one of max_s and max_ratio")
-        if self.max_ratio is not None and (self.baseline_group is None) == (self.baseline_scenario is None):
-            raise ValueError("max_ratio needs exactly one of baseline_group and baseline_scenario")
+        if self.max_ratio is not None and self.baseline_group is None and self.baseline_scenario is None:
+            raise ValueError("max_ratio needs baseline_group (this or the baseline scenario's) or baseline_scenario")
         return self
 
 
@@ -292,6 +293,7 @@ class Scenario(Strict):
     groups: list[GroupSpec] = Field(min_length=1)
     expect: Expectations = Field(default_factory=Expectations)
     drain_s: float = Field(30.0, gt=0, description="how long to wait for the server to drain after the clients")
+    max_clients_at_once: int | None = Field(None, ge=1, description="clients past this wait for one to finish")
 
     @model_validator(mode="after")
     def _references(self) -> "Scenario":
@@ -303,9 +305,17 @@ class Scenario(Strict):
             if isinstance(g.arrival, JoinWhile) and g.arrival.group not in known - {g.name}:
                 raise ValueError(f"group {g.name}: join_while names unknown group {g.arrival.group!r}")
         for bound in self.expect.latency:
-            for ref in (bound.group, bound.baseline_group):
+            refs = [bound.group] + ([bound.baseline_group] if not bound.baseline_scenario else [])
+            for ref in refs:
                 if ref is not None and ref not in known:
                     raise ValueError(f"expect.latency names unknown group {ref!r}")
+        if "sim" in self.modes:
+            for g in self.groups:
+                net = g.network
+                live_only = [t.type for t in (net.toxics if net else []) if t.type not in ("latency", "bandwidth")]
+                if live_only or (net and net.down):
+                    raise ValueError(f"group {g.name}: {', '.join(live_only) or 'down'} can only run live; "
+                                     f"set modes: [live] (simulation models latency and bandwidth)")
         for ref in self.expect.finish_reasons:
             if ref not in known:
                 raise ValueError(f"expect.finish_reasons names unknown group {ref!r}")

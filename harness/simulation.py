@@ -182,12 +182,16 @@ async def drive(hub: Hub, profile: StepCostProfile) -> None:
     """The simulation's step loop: the hub's own, with virtual time for the compute."""
     wake = asyncio.Event()
     hub.on_wish = wake.set
-    while True:
-        wake.clear()
-        if not hub.engine.has_work():
-            await wake.wait()
-            continue
-        out = hub.engine.step()
-        await asyncio.sleep(profile.step_cost(out))
-        now = hub.complete_step(out)
-        await hub.deliver(out, now)
+    try:
+        while True:
+            wake.clear()
+            if not hub.engine.has_work():
+                await wake.wait()
+                continue
+            out = hub.engine.step()
+            await asyncio.sleep(profile.step_cost(out))
+            now = hub.complete_step(out)
+            await hub.deliver(out, now)
+    except Exception as exc:  # as the hub's own thread does: a broken engine ends every stream, loudly
+        hub.failure = exc
+        hub.end_all("internal_error")

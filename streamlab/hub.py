@@ -119,13 +119,17 @@ class Hub:
         self._wake()
         if self._thread:
             await asyncio.to_thread(self._thread.join, timeout_s)
+        problems: list[str] = []
         for rid in self.engine.live_request_ids():
             self.engine.cancel(rid)
-        for _ in range(10_000):
-            if not self.engine.has_work():
-                break
-            self._record_releases(self.engine.step())
-        problems = self.engine.check_invariants() + self.engine.check_released()
+        try:
+            for _ in range(10_000):
+                if not self.engine.has_work():
+                    break
+                self._record_releases(self.engine.step())
+        except Exception as exc:  # a broken engine: report it, do not hide the books behind a traceback
+            problems.append(f"final drain failed: {type(exc).__name__}: {exc}")
+        problems += self.engine.check_invariants() + self.engine.check_released()
         if problems:
             log.error("engine not clean at shutdown: %s", problems)
         return problems

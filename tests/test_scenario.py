@@ -1,0 +1,78 @@
+import json
+from pathlib import Path
+
+import pytest
+
+from harness.collect import SCENARIOS_DIR
+from harness.scenario import ScenarioError, json_schema, load
+
+GOOD = """\
+name: {name}
+seed: 1
+groups:
+  - name: readers
+    count: 2
+    behaviour: {{kind: reader}}
+"""
+
+
+def write(tmp_path: Path, name: str, text: str) -> Path:
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_a_minimal_scenario_loads_with_defaults(tmp_path):
+    s = load(write(tmp_path, "mini", GOOD.format(name="mini")))
+    assert s.groups[0].arrival.kind == "at_once" and s.modes == ["sim", "live"]
+    assert s.expect.leak_free and s.expect.exactly_once and s.expect.identity
+
+
+@pytest.mark.parametrize("text,line,field,expected", [
+    (GOOD.format(name="bad") + "    arrival: {kind: sometimes}\n", 7, "groups.0.arrival", "at_once"),
+    (GOOD.format(name="bad").replace("count: 2", "count: many"), 5, "groups.0.count", "valid integer"),
+    (GOOD.format(name="bad").replace("kind: reader", "kind: skimmer"), 6, "groups.0.behaviour", "'sleeper'"),
+    (GOOD.format(name="bad") + "colour: blue\n", 7, "colour", "Extra inputs are not permitted"),
+    (GOOD.format(name="bad") + "server: {policy: polite}\n", 7, "server.policy", "'pause_then_drop'"),
+    (GOOD.format(name="bad").replace("behaviour: {kind: reader}",
+                                     "behaviour: {kind: dropper, close: fin}"), 6, "groups.0.behaviour",
+     "exactly one of after_tokens"),
+])
+def test_errors_name_the_file_the_line_the_field_and_what_was_expected(tmp_path, text, line, field, expected):
+    path = write(tmp_path, "bad", text)
+    with pytest.raises(ScenarioError) as err:
+        load(path)
+    message = str(err.value)
+    assert f"{path}:{line}: {field}" in message and expected in message, message
+
+
+def test_name_must_match_the_file(tmp_path):
+    with pytest.raises(ScenarioError, match=r"other.yaml:1: name: is 'mini', expected the file's stem 'other'"):
+        load(write(tmp_path, "other", GOOD.format(name="mini")))
+
+
+def test_yaml_syntax_errors_name_the_line(tmp_path):
+    with pytest.raises(ScenarioError, match=r"broken.yaml:4: not valid YAML: expected the node content"):
+        load(write(tmp_path, "broken", "name: broken\ngroups:\n  - {name: a, count: [\n"))
+
+
+def test_references_to_unknown_groups_and_live_only_toxics_in_sim_are_refused(tmp_path):
+    text = GOOD.format(name="refs") + "expect: {finish_reasons: {ghosts: {length: 1}}}\n"
+    with pytest.raises(ScenarioError, match="unknown group 'ghosts'"):
+        load(write(tmp_path, "refs", text))
+    text = GOOD.format(name="net") + "    network: {toxics: [{type: reset_peer, timeout_ms: 10}]}\n"
+    with pytest.raises(ScenarioError, match="reset_peer can only run live"):
+        load(write(tmp_path, "net", text))
+    assert load(write(tmp_path, "net", text.replace("seed: 1", "seed: 1\nmodes: [live]"))).modes == ["live"]
+
+
+def test_every_shipped_scenario_loads():
+    files = sorted(SCENARIOS_DIR.glob("*.yaml"))
+    assert len(files) >= 40
+    for path in files:
+        assert load(path).name == path.stem
+
+
+def test_published_json_schema_is_current():
+    published = json.loads((SCENARIOS_DIR / "schema.json").read_text())
+    assert published == json_schema(), "run `streamlab scenario schema` and commit scenarios/schema.json"
