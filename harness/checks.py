@@ -191,3 +191,28 @@ def run_checks(scenario: Scenario, trace: Trace, solo: dict[int, list[int]],
         results.append(CheckResult(name, True, "check not configured", "must be configured to fail", [],
                                    expected_to_fail=True))
     return results
+
+
+def parity(live: Trace, sim: Trace) -> CheckResult:
+    """Live and simulation must agree on outcomes; their timing ratio is shown, not judged."""
+    problems, ratios = [], []
+    for name in dict.fromkeys(s.group for s in sim.streams):
+        got_live, got_sim = outcomes(live.group(name)), outcomes(sim.group(name))
+        if got_live != got_sim:
+            problems.append(f"{name}: live {got_live}, sim {got_sim}")
+        for metric in ("completion_s", "ttft_s"):
+            lv = percentile(metric_values(live.group(name), metric), 50)
+            sv = percentile(metric_values(sim.group(name), metric), 50)
+            if lv and sv:
+                ratios.append(f"{name} {metric} p50 live/sim {lv / sv:.1f}x")
+                break
+    for a, b in zip(live.streams, sim.streams):
+        n = min(len(a.token_ids), len(b.token_ids))
+        if a.token_ids[:n] != b.token_ids[:n]:
+            problems.append(f"{a.group}#{a.index}: live and sim tokens differ")
+    if len(live.releases) != len(sim.releases):
+        problems.append(f"releases: live {len(live.releases)}, sim {len(sim.releases)}")
+    if leak_free(live).passed != leak_free(sim).passed:
+        problems.append("one mode leaked and the other did not")
+    return CheckResult("parity", not problems, "; ".join(ratios) or "no timings",
+                       "same outcomes per group, token ids, releases and leaks as the simulation", problems)

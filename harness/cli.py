@@ -95,7 +95,7 @@ def _suite(console: Console, mode: str, pattern: str) -> int:
         for m in modes:
             reason = None if m in scenario.modes else f"not a {m} scenario"
             if m == "live" and reason is None:
-                reason = live_unavailable()
+                reason = live_unavailable(scenario)
             if reason:
                 table.add_row(scenario.name, m, "[yellow]skipped[/]", "", "", reason)
                 skipped += 1

@@ -151,10 +151,10 @@ class Client:
             rec.failure = f"{type(exc).__name__}: {exc}"
         finally:
             rec.bytes_read = conn.bytes_read
-            if not conn.ended and rec.closed_at is None:
-                self._close(conn, how)
+            if not conn.ended and rec.closed_at is None and rec.failure is None:
+                self._close(conn, how)  # leaving on purpose (a dropper's deadline, say)
             elif rec.closed_at is None:
-                conn.close("fin")
+                conn.close("fin")  # done, or broken: not a client that left
 
     def _close_how(self) -> str:
         how = getattr(self.behaviour, "close", "fin")

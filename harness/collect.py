@@ -26,6 +26,11 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "scenario: a YAML scenario")
 
 
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    from harness.live_run import stop_shared
+    stop_shared()
+
+
 def pytest_collect_file(file_path: Path, parent: pytest.Collector):
     if file_path.suffix in (".yaml", ".yml") and file_path.parent.name == "scenarios":
         return ScenarioFile.from_parent(parent, path=file_path)
@@ -63,7 +68,7 @@ class ScenarioItem(pytest.Item):
 
         if self.mode == "live":
             from harness.live_run import live_unavailable
-            reason = live_unavailable()
+            reason = live_unavailable(self.scenario)
             if reason:
                 pytest.skip(reason)
         outcome = run_scenario(self.scenario, self.mode, load_by_name)

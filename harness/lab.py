@@ -138,3 +138,45 @@ async def measure_waste(model: str, streams: int = 48, seed: int = 0) -> dict:
         out[response_class] = {"streams": streams, "tokens_generated": generated, "tokens_read": read_total,
                                "generated_per_read": generated / max(read_total, 1), "seconds": elapsed}
     return out
+
+
+BUFFER_EVENT_BYTES = (133, 1024, 16384, 65536)
+
+
+SMALL_RCVBUF = 65536
+
+
+async def measure_buffers(model: str, repetitions: int = 3) -> dict:
+    """Bytes a client that never reads absorbs before the server's next write blocks.
+
+    Measured with the default receive buffer and, for 64 KiB events, with SO_RCVBUF set to
+    64 KiB (as slow-reader clients do): the difference tells the server's share apart.
+    """
+    rows = []
+    async with ServerProcess(["--model", model, "--lab", "--log-level", "warning"]) as server:
+        cases = [(size, None) for size in BUFFER_EVENT_BYTES] + [(65536, SMALL_RCVBUF)]
+        for rep in range(repetitions):
+            for size, rcvbuf in cases:
+                key = f"{size}-{rcvbuf}-{rep}"
+                flood = await server.request("GET", f"/lab/flood?event_bytes={size}&id={key}", rcvbuf=rcvbuf)
+                accepted = None
+                deadline = time.monotonic() + 20
+                while accepted is None and time.monotonic() < deadline:
+                    await asyncio.sleep(0.1)
+                    ex = await server.request("GET", f"/lab/flood-result?id={key}")
+                    try:
+                        accepted = (await ex.read_json()).get("accepted_bytes")
+                    finally:
+                        ex.close_fin()
+                flood.close_rst()
+                rows.append({"event_bytes": size, "client_rcvbuf": rcvbuf, "repetition": rep,
+                             "accepted_bytes": accepted})
+    default = [r for r in rows if r["client_rcvbuf"] is None]
+    by_size = {size: [r["accepted_bytes"] for r in default if r["event_bytes"] == size] for size in BUFFER_EVENT_BYTES}
+    valid = [v for r in default if (v := r["accepted_bytes"]) is not None]
+    small = [v for r in rows if r["client_rcvbuf"] == SMALL_RCVBUF and (v := r["accepted_bytes"]) is not None]
+    return {"model": model, "rows": rows, "by_event_bytes": by_size,
+            "median_accepted_bytes": statistics.median(valid) if valid else None,
+            "with_64k_rcvbuf": small,
+            # SO_RCVBUF is doubled by the kernel; what is left was held on the server's side.
+            "server_side_bytes": max(0, statistics.median(small) - 2 * SMALL_RCVBUF) if small else None}

@@ -26,9 +26,16 @@ class StepCostProfile:
     per_seq_s: float
     prefill_fixed_s: float
     prefill_per_token_s: float
-    send_buffer_bytes: int = DEFAULT_SEND_BUFFER_BYTES
+    send_buffer_bytes: int = DEFAULT_SEND_BUFFER_BYTES  # to a client with the default receive buffer
+    server_side_buffer_bytes: int = DEFAULT_SEND_BUFFER_BYTES // 2  # the server's share (`lab buffers`)
     idle_step_s: float = 0.0001  # a step that only applied wishes
     machine: str = ""
+
+    def buffer_bytes(self, client_rcvbuf: int | None) -> int:
+        """Unread bytes a connection holds before the server's writes block."""
+        if client_rcvbuf is None:
+            return self.send_buffer_bytes
+        return self.server_side_buffer_bytes + 2 * client_rcvbuf  # the kernel doubles SO_RCVBUF
 
     def step_cost(self, out: StepOutput) -> float:
         cost = self.idle_step_s

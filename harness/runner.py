@@ -183,8 +183,11 @@ async def _simulate(scenario: Scenario, loaded: LoadedModel, planned: list[Plann
         async def _client(pc: PlannedClient, record: StreamRecord) -> None:
             latency, rate = sim_network(pc.group)
 
+            behaviour = pc.group.behaviour
+            rcvbuf = getattr(behaviour, "recv_buffer_bytes", None)
+
             async def opener(path: str, body, headers):
-                conn = SimConnection(profile.send_buffer_bytes, latency, rate)
+                conn = SimConnection(profile.buffer_bytes(rcvbuf), latency, rate)
                 raw = body if isinstance(body, bytes) else json.dumps(body).encode()
                 servers.append(loop.create_task(conn.serve(app, state, "POST", path, raw,
                                                            headers or {"content-type": "application/json"})))
@@ -274,6 +277,11 @@ def run_scenario(scenario: Scenario, mode: str, baseline_loader=None, write_resu
             baselines[name] = run_scenario(base, mode, baseline_loader, write_results=False).trace
     checks = run_checks(scenario, trace, solo, baselines)
     _BASELINE_TRACES[(scenario.name, mode)] = trace
+    if mode == "live" and "sim" in scenario.modes:
+        from harness.checks import parity
+        sim_trace = _BASELINE_TRACES.get((scenario.name, "sim")) or simulate(scenario)[0]
+        _BASELINE_TRACES[(scenario.name, "sim")] = sim_trace
+        checks.append(parity(trace, sim_trace))
     if write_results:
         from harness.report import timeline_png, write_result
         write_result(trace, checks, RESULTS)

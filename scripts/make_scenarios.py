@@ -16,6 +16,10 @@ POLICIES = ["naive", "unbounded", "pause", "drop", "pause_then_drop"]
 MOMENTS = {"waiting": None, "admission": 1, "early": 5, "mid": 100, "late": 190}
 WASTE = {"waiting": 1.0, "admission": 12.0, "early": 4.0, "mid": 1.3, "late": 1.3}
 PROMPT = {"tokens": [40, 56]}  # about 200 characters of the shipped corpus
+# Padding per token event. On this machine's loopback the server's side of a connection holds
+# about 4 MB before its writes block (`streamlab lab buffers`), so a slow reader only pushes
+# back after 16 events of 256 KiB; 64 KiB events (the chapter's) would never get there.
+PAD = 262144
 
 
 class _Dumper(yaml.SafeDumper):
@@ -51,13 +55,13 @@ def slow_readers() -> None:
         for k in (0, 1, 2, 4):
             slow_reason = "slow_client" if "drop" in policy else "length"
             groups = [{"name": "healthy", "count": 8 - k, "prompt": PROMPT,
-                       "request": {"max_new_tokens": 64, "pad_bytes": 65536},
+                       "request": {"max_new_tokens": 64, "pad_bytes": PAD},
                        "behaviour": {"kind": "reader"}, "arrival": {"kind": "at_once"}}]
             reasons = {"healthy": {"length": 8 - k}}
             if k:
                 groups.append({"name": "slow", "count": k, "prompt": PROMPT,
-                               "request": {"max_new_tokens": 64, "pad_bytes": 65536},
-                               "behaviour": {"kind": "sleeper", "read_bytes": 65536, "sleep_s": 0.1,
+                               "request": {"max_new_tokens": 64, "pad_bytes": PAD},
+                               "behaviour": {"kind": "sleeper", "read_bytes": PAD, "sleep_s": 0.1,
                                              "recv_buffer_bytes": 65536},
                                "arrival": {"kind": "at_once"}})
                 reasons["slow"] = {slow_reason: k}
@@ -69,8 +73,9 @@ def slow_readers() -> None:
             control = " A negative control: the step loop waits for the slow reader, so the healthy streams' " \
                       "completion bound must fail." if policy == "naive" and k else ""
             write(f"slow_reader_{policy}_{k}", f"""{k} slow reader(s) among 8 streams under the `{policy}` policy. Token
-                  events carry a 64 KiB comment (the chapter's padding device) so that a reader that takes
-                  one 64 KiB chunk every 0.1 s really pushes back on the server. Timeouts are scaled to the
+                  events carry a 256 KiB comment (the chapter's padding device, scaled to this machine's
+                  4 MB of socket buffering) so that a reader that takes one 256 KiB chunk every 0.1 s
+                  really pushes back on the server. Timeouts are scaled to the
                   tiny model, which makes 64 tokens in a fraction of a second: queue limit 4 events, stall
                   timeout 20 ms. The healthy streams must finish within 4x their time with no slow
                   reader.{control}""",

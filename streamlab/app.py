@@ -21,7 +21,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from streamlab.config import ServiceConfig
+from streamlab.config import CacheConfig, EngineConfig, ServiceConfig
 from streamlab.engine.engine import BatchEngine
 from streamlab.errors import (BodyTooLarge, InvalidJSON, InvalidRequest, NotAllowed, Overloaded, RequestError,
                               RequestTooLarge, UnsupportedMediaType, http_status)
@@ -30,6 +30,7 @@ from streamlab.metrics import Metrics
 from streamlab.models import LoadedModel, load_model
 from streamlab.responses import HubStreamingResponse, WriteOnlyStreamingResponse
 from streamlab.sampling import SamplingParams
+from streamlab.sse import encode_event
 
 log = logging.getLogger("streamlab.app")
 server_log = logging.getLogger("uvicorn.error")  # configured by uvicorn, so it reaches the console
@@ -105,13 +106,14 @@ def create_app(config: ServiceConfig = ServiceConfig(), loaded: LoadedModel | No
     @asynccontextmanager
     async def lifespan(app: Starlette):
         model = loaded or load_model(config.model)
+        warm_up(model)
         hub = Hub(BatchEngine(model.model, config.engine), model.tokenizer, config.backpressure,
                   config.waiting_limit, **({"clock": clock} if clock else {}))
         metrics = Metrics(hub)
         hub.start(threaded=threaded)
         app.state.hub = hub  # for the server's signal handler (graceful shutdown)
         try:
-            yield {"hub": hub, "model": model, "metrics": metrics}
+            yield {"hub": hub, "model": model, "metrics": metrics, "lab_results": {}}
         finally:
             # Streams were ended before this (see server.py): uvicorn runs lifespan shutdown
             # only after connections close. This stops the step thread and checks the books.
@@ -185,6 +187,26 @@ def create_app(config: ServiceConfig = ServiceConfig(), loaded: LoadedModel | No
         return JSONResponse({"releases": [vars(r) for r in list(hub.releases)],
                              "ledger_problems_when_idle": hub.engine.check_released()})
 
+    async def lab_flood(request: Request) -> Response:
+        """Lab: write events of `event_bytes` as fast as possible to a client that does not read;
+        note how many bytes were accepted before a write blocked (the chapter's buffer figure)."""
+        if not config.lab:
+            raise NotAllowed("/lab routes need --lab")
+        try:
+            size = int(request.query_params.get("event_bytes", "1024"))
+        except ValueError:
+            raise InvalidRequest("event_bytes: an integer") from None
+        if not 9 <= size <= 1024 * 1024:
+            raise InvalidRequest("event_bytes: between 9 and 1048576")
+        return FloodResponse(size, request.query_params.get("id", "flood"), request.state.lab_results)
+
+    async def lab_flood_result(request: Request) -> Response:
+        if not config.lab:
+            raise NotAllowed("/lab routes need --lab")
+        key = request.query_params.get("id", "flood")
+        results = request.state.lab_results
+        return JSONResponse({"id": key, "accepted_bytes": results.get(key)}, status_code=200 if key in results else 404)
+
     async def on_request_error(request: Request, exc: RequestError) -> Response:
         request.state.hub.counters["requests_refused"] += 1
         headers = {"Retry-After": "1"} if isinstance(exc, Overloaded) else None
@@ -206,9 +228,52 @@ def create_app(config: ServiceConfig = ServiceConfig(), loaded: LoadedModel | No
         Route("/metrics", metrics, methods=["GET"]),
         Route("/debug/invariants", invariants, methods=["GET"]),
         Route("/debug/releases", releases, methods=["GET"]),
+        Route("/lab/flood", lab_flood, methods=["GET"]),
+        Route("/lab/flood-result", lab_flood_result, methods=["GET"]),
     ]
     return Starlette(routes=routes, lifespan=lifespan, exception_handlers={
         RequestError: on_request_error, HTTPException: on_http_error, Exception: on_unexpected})
+
+
+def warm_up(loaded: LoadedModel) -> None:
+    """One short generation before serving, so the first client does not pay for lazy kernel set-up."""
+    engine = BatchEngine(loaded.model, EngineConfig(max_batch=1, cache=CacheConfig(num_blocks=4)))
+    engine.submit("warm-up", [loaded.model.eos_token_id or 0] * 8, SamplingParams(max_new_tokens=4, ignore_eos=True))
+    for _ in range(8):
+        if not engine.has_work():
+            break
+        engine.step()
+
+
+class FloodResponse(Response):
+    BLOCKED_S = 0.05  # a write that takes this long was waiting for the socket to drain
+    LIMIT_BYTES = 64 * 1024 * 1024
+
+    def __init__(self, event_bytes: int, key: str, results: dict) -> None:
+        # No Response.__init__: it would declare content-length 0 and the body would go nowhere.
+        self.raw_headers = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
+        self.background = None
+        self.event = encode_event("x" * (event_bytes - 8))  # "data: " + payload + "\n\n"
+        self.key, self.results = key, results
+
+    async def __call__(self, scope, receive, send) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
+        accepted = 0
+        pending = None
+        while accepted < self.LIMIT_BYTES:
+            pending = asyncio.ensure_future(send({"type": "http.response.body", "body": self.event, "more_body": True}))
+            done, _ = await asyncio.wait({pending}, timeout=self.BLOCKED_S)
+            if not done:
+                break  # this write is waiting for a reader that never comes
+            accepted += len(self.event)
+        self.results[self.key] = accepted
+        try:
+            await asyncio.wait_for(receive(), 10)  # until the client goes
+        except asyncio.TimeoutError:
+            pass
+        finally:
+            if pending is not None and not pending.done():
+                pending.cancel()
 
 
 async def _collect(hub: Hub, stream) -> list:

@@ -58,7 +58,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     lab = sub.add_parser("lab", help="the chapter's measurements against a real server process")
     lab_sub = lab.add_subparsers(dest="lab", required=True)
-    for name, text in (("bytes", "bytes per token event"),
+    for name, text in (("buffers", "bytes a non-reading client absorbs before the server's write blocks"),
+                       ("bytes", "bytes per token event"),
                        ("disconnect", "release delay after FIN/RST; waste of abandoned streams by response class")):
         cmd = lab_sub.add_parser(name, help=text)
         cmd.add_argument("--model", default="tiny", help=model_help)
@@ -148,6 +149,19 @@ def run_lab(args: argparse.Namespace) -> int:
     if args.lab == "bytes":
         result = asyncio.run(lab.measure_bytes(args.model))
         console.print(result)
+    elif args.lab == "buffers":
+        result = asyncio.run(lab.measure_buffers(args.model))
+        console.print(result["by_event_bytes"])
+        if result["median_accepted_bytes"]:
+            # The simulation's transport blocks writes at this many unread bytes.
+            import dataclasses
+
+            from harness.profile import load_profile
+            profile = dataclasses.replace(load_profile(args.model),
+                                          send_buffer_bytes=int(result["median_accepted_bytes"]),
+                                          server_side_buffer_bytes=int(result["server_side_bytes"] or 0))
+            console.print(f"simulation buffer model: {profile.send_buffer_bytes} bytes to a default client, "
+                          f"{profile.server_side_buffer_bytes} on the server's side -> {profile.save()}")
     else:
         result = asyncio.run(lab.measure_disconnect(args.model, args.repetitions))
         console.print(disconnect_table(result))

@@ -10,8 +10,6 @@ from __future__ import annotations
 import codecs
 from functools import lru_cache
 
-from transformers import PreTrainedTokenizerBase
-
 
 @lru_cache(maxsize=1)
 def _unicode_to_byte() -> dict[str, int]:
@@ -27,7 +25,7 @@ def _unicode_to_byte() -> dict[str, int]:
     return {chr(c): b for b, c in zip(bs, cs)}
 
 
-def token_byte_table(tokenizer: PreTrainedTokenizerBase, vocab_size: int) -> list[bytes]:
+def token_byte_table(tokenizer, vocab_size: int) -> list[bytes]:
     """The bytes each token id stands for; special tokens are their text, ids past the vocabulary empty."""
     mapping = _unicode_to_byte()
     special = set(tokenizer.all_special_tokens) | set(tokenizer.get_added_vocab())

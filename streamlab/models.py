@@ -10,12 +10,19 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from typing import TYPE_CHECKING, Any
+
 import torch
-from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerBase
 
 from streamlab.errors import ModelLoadError
 from streamlab.model import GPT2, GPT2Shape
 from streamlab.tokenizer import shipped_tokenizer
+
+if TYPE_CHECKING:
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+# transformers is imported only where it is needed (HF models, parity tests, baselines):
+# importing it costs seconds at every server start.
 
 
 @dataclass(frozen=True)
@@ -46,18 +53,28 @@ PRESETS: dict[str, Preset] = {
 class LoadedModel:
     name: str
     model: GPT2
-    tokenizer: PreTrainedTokenizerBase
-    hf_config: GPT2Config
+    tokenizer: Any  # a ShippedTokenizer, or a transformers tokenizer for HF models
+    _hf_config: Any = None
 
-    def hf_model(self) -> GPT2LMHeadModel:
+    @property
+    def hf_config(self) -> "GPT2Config":
+        if self._hf_config is None:
+            self._hf_config = hf_config_for(self.model.shape, self.model.eos_token_id)
+        return self._hf_config
+
+    def hf_model(self) -> "GPT2LMHeadModel":
         """The same weights as a transformers model (for parity tests, export and baselines)."""
+        from transformers import GPT2LMHeadModel
+
         hf = GPT2LMHeadModel(self.hf_config)
         hf.load_state_dict(preset_state_dict(self.model), strict=False)
         hf.tie_weights()
         return hf.eval()
 
 
-def hf_config_for(shape: GPT2Shape, eos_token_id: int) -> GPT2Config:
+def hf_config_for(shape: GPT2Shape, eos_token_id: int) -> "GPT2Config":
+    from transformers import GPT2Config
+
     return GPT2Config(vocab_size=shape.vocab_size, n_positions=shape.n_positions, n_embd=shape.n_embd,
                       n_layer=shape.n_layer, n_head=shape.n_head, layer_norm_epsilon=shape.layer_norm_epsilon,
                       bos_token_id=eos_token_id, eos_token_id=eos_token_id, activation_function="gelu_new",
@@ -108,12 +125,12 @@ def load_model(name: str) -> LoadedModel:
         tokenizer = shipped_tokenizer()
         eos = tokenizer.eos_token_id
         model = GPT2.from_hf_state_dict(preset.shape, seeded_state_dict(preset), eos)
-        return LoadedModel(name, model, tokenizer, hf_config_for(preset.shape, eos))
+        return LoadedModel(name, model, tokenizer)
     return _load_hf(name)
 
 
 def _load_hf(name: str) -> LoadedModel:
-    from transformers import AutoConfig, AutoTokenizer
+    from transformers import AutoConfig, AutoTokenizer, GPT2LMHeadModel
 
     os.environ["HF_HUB_OFFLINE"] = "1"  # never download at run time
     hint = (f"model '{name}' is not a preset ({', '.join(PRESETS)}) and was not found on disk; "
