@@ -27,7 +27,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     suite = scen_sub.add_parser("suite", help="run every scenario in scenarios/ and print a report")
     suite.add_argument("--mode", choices=["sim", "live", "both"], default="both")
     suite.add_argument("-k", dest="pattern", default="", help="only scenarios whose name contains this")
+    suite.add_argument("--update-baseline", action="store_true",
+                       help="write each run's latency figures to scenarios/baselines.json (the CI gate)")
     scen_sub.add_parser("schema", help=f"write the JSON Schema of the format to {SCHEMA_PATH}")
+    scen_sub.add_parser("baseline", help="refresh scenarios/baselines.json from the passing runs in results/scenarios")
     cal = scen_sub.add_parser("calibrate", help="measure the step-cost profile the simulation uses")
     cal.add_argument("--model", default="tiny")
 
@@ -37,6 +40,16 @@ def main(args: argparse.Namespace) -> int:
     if args.scenario_command == "schema":
         SCHEMA_PATH.write_text(json.dumps(json_schema(), indent=2) + "\n")
         console.print(f"wrote {SCHEMA_PATH}")
+        return 0
+    if args.scenario_command == "baseline":
+        from harness.baseline import BASELINES, figures_from_results, load_baselines, save_baselines
+        from harness.runner import RESULTS
+        data = load_baselines()
+        fresh = figures_from_results(RESULTS)
+        for name, modes in fresh.items():
+            data.setdefault(name, {}).update(modes)
+        save_baselines(data)
+        console.print(f"wrote {BASELINES}: {sum(len(m) for m in fresh.values())} scenario runs from {RESULTS}")
         return 0
     if args.scenario_command == "calibrate":
         from harness.profile import calibrate
@@ -53,7 +66,7 @@ def main(args: argparse.Namespace) -> int:
         outcome = _run(console, scenario, args.mode)
         _print_outcome(console, outcome)
         return 0 if outcome.ok else 1
-    return _suite(console, args.mode, args.pattern)
+    return _suite(console, args.mode, args.pattern, args.update_baseline)
 
 
 def _run(console: Console, scenario, mode: str):
@@ -75,9 +88,11 @@ def _print_outcome(console: Console, outcome) -> None:
         console.print(f"  [{colour}]{'ok' if check.ok else 'FAILED'}[/] {check.line()}")
 
 
-def _suite(console: Console, mode: str, pattern: str) -> int:
+def _suite(console: Console, mode: str, pattern: str, update_baseline: bool = False) -> int:
+    from harness.baseline import figures, load_baselines, save_baselines
     from harness.live_run import live_unavailable
 
+    baselines = load_baselines()
     modes = ["sim", "live"] if mode == "both" else [mode]
     files = sorted(p for p in SCENARIOS_DIR.glob("*.yaml") if pattern in p.stem)
     table = Table(title=f"streamlab scenario suite: {len(files)} scenarios, modes {', '.join(modes)}")
@@ -108,6 +123,11 @@ def _suite(console: Console, mode: str, pattern: str) -> int:
                           f"{outcome.trace.wall_s:.1f}", "\n".join(outcome.failures()))
             failed += not outcome.ok
             passed += outcome.ok
+            if update_baseline and outcome.ok:
+                baselines.setdefault(scenario.name, {})[m] = figures(outcome.trace)
+    if update_baseline:
+        save_baselines(baselines)
+        console.print("wrote scenarios/baselines.json")
     console.print(table)
     console.print(f"{passed} passed, {failed} failed, {skipped} skipped in {time.perf_counter() - t0:.0f}s; "
                   f"results and timelines in results/scenarios/")

@@ -88,13 +88,7 @@ class RawExchange:
         await self.read_head(timeout_s)
         got: list[SSEEvent] = []
         while not self.ended and (count is None or len(got) < count):
-            event = await self._next(timeout_s)
-            if isinstance(event, h11.Data):
-                self.body += event.data
-                got.extend(self.parser.feed(bytes(event.data)))
-            elif isinstance(event, h11.EndOfMessage):
-                self.ended = True
-                got.extend(self.parser.close())
+            self._take(await self._next(timeout_s), got)
         return got
 
     async def read_chunk(self, max_bytes: int, timeout_s: float = 30.0) -> list[SSEEvent]:
@@ -109,13 +103,17 @@ class RawExchange:
                 continue
             if event is h11.NEED_DATA:
                 break
-            if isinstance(event, h11.Data):
-                self.body += event.data
-                got.extend(self.parser.feed(bytes(event.data)))
-            elif isinstance(event, h11.EndOfMessage):
-                self.ended = True
-                got.extend(self.parser.close())
+            self._take(event, got)
         return got
+
+    def _take(self, event, got: list[SSEEvent]) -> None:
+        """Body bytes go to the parser; the end of the message closes it."""
+        if isinstance(event, h11.Data):
+            self.body += event.data
+            got.extend(self.parser.feed(bytes(event.data)))
+        elif isinstance(event, h11.EndOfMessage):
+            self.ended = True
+            got.extend(self.parser.close())
 
     async def read_json(self, timeout_s: float = 30.0) -> dict:
         await self.read_head(timeout_s)

@@ -277,6 +277,11 @@ def run_scenario(scenario: Scenario, mode: str, baseline_loader=None, write_resu
             baselines[name] = run_scenario(base, mode, baseline_loader, write_results=False).trace
     checks = run_checks(scenario, trace, solo, baselines)
     _BASELINE_TRACES[(scenario.name, mode)] = trace
+    from harness.baseline import load_baselines, regression
+    gate = regression(trace, load_baselines())
+    if gate is not None:
+        gate.expected_to_fail = False
+        checks.append(gate)
     if mode == "live" and "sim" in scenario.modes:
         from harness.checks import parity
         sim_trace = _BASELINE_TRACES.get((scenario.name, "sim")) or simulate(scenario)[0]

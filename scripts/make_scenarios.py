@@ -55,13 +55,13 @@ def slow_readers() -> None:
         for k in (0, 1, 2, 4):
             slow_reason = "slow_client" if "drop" in policy else "length"
             groups = [{"name": "healthy", "count": 8 - k, "prompt": PROMPT,
-                       "request": {"max_new_tokens": 64, "pad_bytes": PAD},
+                       "request": {"max_new_tokens": 64},
                        "behaviour": {"kind": "reader"}, "arrival": {"kind": "at_once"}}]
             reasons = {"healthy": {"length": 8 - k}}
             if k:
                 groups.append({"name": "slow", "count": k, "prompt": PROMPT,
                                "request": {"max_new_tokens": 64, "pad_bytes": PAD},
-                               "behaviour": {"kind": "sleeper", "read_bytes": PAD, "sleep_s": 0.1,
+                               "behaviour": {"kind": "sleeper", "read_bytes": PAD, "sleep_s": 0.05,
                                              "recv_buffer_bytes": 65536},
                                "arrival": {"kind": "at_once"}})
                 reasons["slow"] = {slow_reason: k}
@@ -72,9 +72,9 @@ def slow_readers() -> None:
                 expect["expect_failure"] = ["latency"]
             control = " A negative control: the step loop waits for the slow reader, so the healthy streams' " \
                       "completion bound must fail." if policy == "naive" and k else ""
-            write(f"slow_reader_{policy}_{k}", f"""{k} slow reader(s) among 8 streams under the `{policy}` policy. Token
-                  events carry a 256 KiB comment (the chapter's padding device, scaled to this machine's
-                  4 MB of socket buffering) so that a reader that takes one 256 KiB chunk every 0.1 s
+            write(f"slow_reader_{policy}_{k}", f"""{k} slow reader(s) among 8 streams under the `{policy}` policy. The slow
+                  readers' token events carry a 256 KiB comment (the chapter's padding device, scaled to this machine's
+                  4 MB of socket buffering) so that a reader that takes one 256 KiB chunk every 0.05 s
                   really pushes back on the server. Timeouts are scaled to the
                   tiny model, which makes 64 tokens in a fraction of a second: queue limit 4 events, stall
                   timeout 20 ms. The healthy streams must finish within 4x their time with no slow

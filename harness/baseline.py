@@ -1,0 +1,72 @@
+"""Regression gates: each group's latency against a committed baseline, with a tolerance
+wide enough for a noisy 2-core machine. Leaks, double releases and identity have no tolerance:
+those checks are absolute. `streamlab scenario suite --update-baseline` refreshes the file.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from harness.checks import CheckResult
+from harness.report import Trace, metric_values, percentile
+
+BASELINES = Path(__file__).resolve().parent.parent / "scenarios" / "baselines.json"
+TOLERANCE_RATIO = 3.0  # a figure may be up to 3x its baseline ...
+TOLERANCE_ABS_S = 0.05  # ... plus 50 ms, so millisecond figures do not trip on scheduler noise
+GATED = (("ttft_s", 50), ("completion_s", 50))
+
+
+def figures(trace: Trace) -> dict[str, dict[str, float]]:
+    out: dict[str, dict[str, float]] = {}
+    for group in dict.fromkeys(s.group for s in trace.streams):
+        row = {}
+        for metric, p in GATED:
+            value = percentile(metric_values(trace.group(group), metric), p)
+            if value is not None:
+                row[f"{metric}_p{p}"] = round(value, 6)
+        if row:
+            out[group] = row
+    return out
+
+
+def load_baselines(path: Path = BASELINES) -> dict:
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def save_baselines(data: dict, path: Path = BASELINES) -> None:
+    path.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+
+
+def regression(trace: Trace, baselines: dict) -> CheckResult | None:
+    base = baselines.get(trace.scenario, {}).get(trace.mode)
+    if not base:
+        return None
+    now = figures(trace)
+    problems, shown = [], []
+    for group, row in base.items():
+        for key, old in row.items():
+            new = now.get(group, {}).get(key)
+            if new is None:
+                continue
+            limit = TOLERANCE_RATIO * old + TOLERANCE_ABS_S
+            shown.append(f"{group} {key} {new * 1e3:.0f}ms (baseline {old * 1e3:.0f}ms)")
+            if new > limit:
+                problems.append(f"{group} {key} = {new * 1e3:.1f}ms > {limit * 1e3:.1f}ms")
+    return CheckResult("regression", not problems, "; ".join(shown[:6]) + ("; ..." if len(shown) > 6 else ""),
+                       f"<= {TOLERANCE_RATIO:g} x baseline + {TOLERANCE_ABS_S * 1e3:g}ms", problems)
+
+
+def figures_from_results(results_dir: Path) -> dict:
+    """Baselines from the JSON results of passing runs already on disk (no re-run)."""
+    from harness.clients import StreamRecord
+
+    out: dict = {}
+    for path in sorted(results_dir.glob("*-*.json")):
+        data = json.loads(path.read_text())
+        if not all(c["passed"] != c["expected_to_fail"] for c in data.get("checks", [])):
+            continue
+        streams = [StreamRecord(**s) for s in data["streams"]]
+        trace = Trace(data["scenario"], data["mode"], data["seed"], {}, streams, {}, [], [], [])
+        out.setdefault(data["scenario"], {})[data["mode"]] = figures(trace)
+    return out
