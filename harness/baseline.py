@@ -13,7 +13,7 @@ from harness.report import Trace, metric_values, percentile
 
 BASELINES = Path(__file__).resolve().parent.parent / "scenarios" / "baselines.json"
 TOLERANCE_RATIO = 3.0  # a figure may be up to 3x its baseline ...
-TOLERANCE_ABS_S = 0.05  # ... plus 50 ms, so millisecond figures do not trip on scheduler noise
+TOLERANCE_ABS_S = 0.25  # ... plus 250 ms: a fresh server's first tokens vary that much live (41 vs 230 ms seen)
 GATED = (("ttft_s", 50), ("completion_s", 50))
 
 
