@@ -142,7 +142,7 @@ def release_within(scenario: Scenario, trace: Trace) -> CheckResult:
         if steps > bound.steps:
             problems.append(f"{s.group}#{s.index}: released {steps} steps after its close")
         if s.closed_at is not None:
-            delay = rec["released_at"] - s.closed_at - trace.config.get("clock_offset_s", 0.0)
+            delay = rec["released_at"] - s.closed_at
             delays.append(delay)
             if delay > bound.seconds:
                 problems.append(f"{s.group}#{s.index}: released {delay * 1e3:.1f}ms after the client closed")

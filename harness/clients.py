@@ -188,3 +188,32 @@ class Client:
     async def _read_all(self, conn: Connection) -> None:
         while not conn.ended:
             self._note(await conn.read_events(1, READ_DEADLINE_S))
+
+
+async def launch(planned, records: list[StreamRecord], scenario, clock: Callable[[], float],
+                 opener_for: Callable[[object], Opener], progress=None) -> None:
+    """Run every planned client at its arrival time (join_while: counted from the named group's
+    first token), at most `max_clients_at_once` at a time. Shared by simulation and live mode."""
+    first_token = {g.name: asyncio.Event() for g in scenario.groups}
+    slots = asyncio.Semaphore(scenario.max_clients_at_once or len(planned) or 1)
+    finished = 0
+
+    async def one(pc, record: StreamRecord) -> None:
+        nonlocal finished
+        if pc.group.arrival.kind == "join_while":
+            await first_token[pc.group.arrival.group].wait()
+            delay = pc.at_s
+        else:
+            delay = pc.at_s - clock()
+        await asyncio.sleep(max(0.0, delay))
+        async with slots:
+            client = Client(pc.group, record, random.Random(pc.seed), clock, lambda g: first_token[g].set())
+            try:
+                await client.run(opener_for(pc), scenario.server.max_tokens_budget)
+            except (OSError, asyncio.TimeoutError, ConnectionError) as exc:  # refused at connect, say
+                record.failure = f"{type(exc).__name__}: {exc}"
+        finished += 1
+        if progress:
+            progress(finished, len(planned))
+
+    await asyncio.gather(*(one(pc, rec) for pc, rec in zip(planned, records)))

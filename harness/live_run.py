@@ -9,15 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import atexit
-import random
 import time
 
-from harness.clients import Client, StreamRecord
+from harness.clients import StreamRecord, launch
 from harness.faults import Faults, ProxyHandle, ToxiproxyServer, ToxiproxyUnavailable, find_binary
 from harness.live import ServerProcess
 from harness.rawhttp import RawExchange
 from harness.report import Trace
-from harness.scenario import JoinWhile, Scenario, Sleeper
+from harness.scenario import Scenario, Sleeper
 
 RUN_DEADLINE_S = 600.0
 _shared: dict[str, object] = {}
@@ -92,33 +91,16 @@ async def _live(scenario: Scenario, planned, progress) -> Trace:
         for g in scenario.groups:
             for down in (g.network.down if g.network and g.name in proxies else []):
                 toggles.append(loop.create_task(_toggle(faults, proxies[g.name], down.at_s, down.for_s)))
-        first_token = {g.name: asyncio.Event() for g in scenario.groups}
-        slots = asyncio.Semaphore(scenario.max_clients_at_once or len(planned) or 1)
-        finished = [0]
+        def opener_for(pc):
+            port = proxies[pc.group.name].listen_port if pc.group.name in proxies else server.port
+            behaviour = pc.group.behaviour
+            rcvbuf = behaviour.recv_buffer_bytes if isinstance(behaviour, Sleeper) else None
 
-        async def one(pc, record: StreamRecord) -> None:
-            if isinstance(pc.group.arrival, JoinWhile):
-                await first_token[pc.group.arrival.group].wait()
-            await asyncio.sleep(max(0.0, pc.at_s - (clock() if not isinstance(pc.group.arrival, JoinWhile) else 0)))
-            async with slots:
-                port = proxies[pc.group.name].listen_port if pc.group.name in proxies else server.port
-                behaviour = pc.group.behaviour
-                rcvbuf = behaviour.recv_buffer_bytes if isinstance(behaviour, Sleeper) else None
+            async def opener(path: str, body, headers):
+                return await RawExchange.open("127.0.0.1", port, "POST", path, body, headers=headers, rcvbuf=rcvbuf)
+            return opener
 
-                async def opener(path: str, body, headers):
-                    return await RawExchange.open("127.0.0.1", port, "POST", path, body, headers=headers,
-                                                  rcvbuf=rcvbuf)
-
-                client = Client(pc.group, record, random.Random(pc.seed), clock, lambda g: first_token[g].set())
-                try:
-                    await client.run(opener, scenario.server.max_tokens_budget)
-                except (OSError, asyncio.TimeoutError, ConnectionError) as exc:  # refused at connect, say
-                    record.failure = f"{type(exc).__name__}: {exc}"
-            finished[0] += 1
-            if progress:
-                progress(finished[0], len(planned))
-
-        await asyncio.gather(*(one(pc, rec) for pc, rec in zip(planned, records)))
+        await launch(planned, records, scenario, clock, opener_for, progress)
         end = clock()
         for t in toggles:
             await t

@@ -123,8 +123,7 @@ def timeline_png(trace: Trace, out_dir: Path) -> Path:
             ax.plot([s.closed_at], [row], "x", color="black", markersize=4)
         rel = releases.get(s.request_id or "")
         if rel is not None and rel.get("closed_at") is not None:
-            ax.plot([rel["released_at"] - (trace.config.get("clock_offset_s") or 0.0)], [row], "|", color="red",
-                    markersize=7)
+            ax.plot([rel["released_at"]], [row], "|", color="red", markersize=7)
     for i, g in enumerate(groups):
         ax.plot([], [], "|", color=colours(i % 10), label=g)
     ax.plot([], [], "x", color="black", label="client closed")

@@ -12,7 +12,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from harness.checks import CheckResult, run_checks
-from harness.clients import Client, StreamRecord
+from harness.clients import StreamRecord, launch
 from harness.clock import run_virtual
 from harness.profile import load_profile
 from harness.report import Trace
@@ -155,9 +155,6 @@ def sim_network(group: GroupSpec) -> tuple[float, float | None]:
     return latency, rate
 
 
-Progress = "Callable[[int, int], None] | None"
-
-
 async def _simulate(scenario: Scenario, loaded: LoadedModel, planned: list[PlannedClient],
                     progress=None) -> Trace:
     loop = asyncio.get_running_loop()
@@ -165,26 +162,14 @@ async def _simulate(scenario: Scenario, loaded: LoadedModel, planned: list[Plann
     profile = load_profile(scenario.server.model)
     app = create_app(scenario.server.service_config(), loaded, clock=clock, threaded=False)
     records = [StreamRecord(pc.group.name, pc.index, pc.group.behaviour.kind, pc.prompt, pc.request) for pc in planned]
-    first_token = {g.name: asyncio.Event() for g in scenario.groups}
     servers: list[asyncio.Task] = []
     async with app.router.lifespan_context(app) as state:
         hub = state["hub"]
         driver = loop.create_task(drive(hub, profile))
 
-        slots = asyncio.Semaphore(scenario.max_clients_at_once or len(planned) or 1)
-
-        async def one(pc: PlannedClient, record: StreamRecord) -> None:
-            if isinstance(pc.group.arrival, JoinWhile):
-                await first_token[pc.group.arrival.group].wait()
-            await asyncio.sleep(pc.at_s)
-            async with slots:
-                await _client(pc, record)
-
-        async def _client(pc: PlannedClient, record: StreamRecord) -> None:
+        def opener_for(pc: PlannedClient):
             latency, rate = sim_network(pc.group)
-
-            behaviour = pc.group.behaviour
-            rcvbuf = getattr(behaviour, "recv_buffer_bytes", None)
+            rcvbuf = getattr(pc.group.behaviour, "recv_buffer_bytes", None)
 
             async def opener(path: str, body, headers):
                 conn = SimConnection(profile.buffer_bytes(rcvbuf), latency, rate)
@@ -192,15 +177,9 @@ async def _simulate(scenario: Scenario, loaded: LoadedModel, planned: list[Plann
                 servers.append(loop.create_task(conn.serve(app, state, "POST", path, raw,
                                                            headers or {"content-type": "application/json"})))
                 return conn
+            return opener
 
-            client = Client(pc.group, record, random.Random(pc.seed), clock, lambda g: first_token[g].set())
-            await client.run(opener, scenario.server.max_tokens_budget)
-            finished[0] += 1
-            if progress:
-                progress(finished[0], len(planned))
-
-        finished = [0]
-        await asyncio.gather(*(one(pc, rec) for pc, rec in zip(planned, records)))
+        await launch(planned, records, scenario, clock, opener_for, progress)
         end = clock()
         deadline = end + scenario.drain_s
         stats = hub.stats()

@@ -2,7 +2,6 @@ import math
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 from streamlab.config import CacheConfig
 from streamlab.engine.cache import KVCache
@@ -34,7 +33,6 @@ def test_paged_decode_matches_dense_attention(tiny):
     table = [7, 3, 11, 0, 5, 9, 2, 14, 1, 6, 8]  # scattered on purpose
     slots = cache.slots_for(table, 0, len(ids) - 1)
     model.prefill(ids[:-1], slots, cache)
-    from streamlab.engine.engine import BatchEngine  # noqa: F401 - batch built by hand below
     from streamlab.model import AttentionGroup, DecodeBatch
     pos = len(ids) - 1
     nb = 16
@@ -77,4 +75,3 @@ def test_presets_are_deterministic_and_quick(name):
     assert torch.equal(a.model.wte, b.model.wte) and torch.equal(a.model.layers[-1].fc_w, b.model.layers[-1].fc_w)
     if name == "tiny":
         assert elapsed < 1.0, f"tiny took {elapsed:.2f}s to load"
-    assert F.linear is not None
