@@ -108,7 +108,7 @@ def create_app(config: ServiceConfig = ServiceConfig(), loaded: LoadedModel | No
         model = loaded or load_model(config.model)
         warm_up(model)
         hub = Hub(BatchEngine(model.model, config.engine), model.tokenizer, config.backpressure,
-                  config.waiting_limit, **({"clock": clock} if clock else {}))
+                  config.waiting_limit, **({"clock": clock} if clock else {}), first_token=config.first_token)
         metrics = Metrics(hub)
         hub.start(threaded=threaded)
         app.state.hub = hub  # for the server's signal handler (graceful shutdown)

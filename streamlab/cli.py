@@ -43,6 +43,10 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--stall-timeout", type=float, default=0.25,
                        help="seconds at the queue limit before drop/pause_then_drop cancel a stream")
     serve.add_argument("--max-batch", type=int, default=32, help="sequences decoded together")
+    serve.add_argument("--max-prefills-per-step", type=int, default=0,
+                       help="admissions (prefills) per engine step; 0 = as many as slots and blocks allow")
+    serve.add_argument("--first-token", choices=["prefill", "step"], default="prefill",
+                       help="send a stream's first token when its own prefill is done, or when the step ends")
     serve.add_argument("--cache-blocks", type=int, default=1024, help="KV cache blocks in the pool")
     serve.add_argument("--block-size", type=int, default=16, help="tokens per cache block")
     serve.add_argument("--waiting-limit", type=int, default=64, help="requests waiting for a slot before 429")
@@ -67,6 +71,10 @@ def build_parser() -> argparse.ArgumentParser:
         if name == "disconnect":
             cmd.add_argument("--repetitions", type=int, default=6)
 
+    export = sub.add_parser("export", help="write a model as a transformers folder (weights, config, tokenizer)")
+    export.add_argument("model", help=model_help)
+    export.add_argument("folder", type=Path, help="folder to write (created if missing)")
+
     bench = sub.add_parser("bench", help="benchmarks")
     bench_sub = bench.add_subparsers(dest="bench", required=True)
     step = bench_sub.add_parser("step", help="decode-step time: paged engine vs transformers' contiguous cache")
@@ -83,7 +91,9 @@ def service_config(args: argparse.Namespace) -> ServiceConfig:
     try:
         return ServiceConfig(
             model=args.model,
-            engine=EngineConfig(max_batch=args.max_batch, cache=CacheConfig(args.cache_blocks, args.block_size)),
+            engine=EngineConfig(max_batch=args.max_batch, cache=CacheConfig(args.cache_blocks, args.block_size),
+                                max_prefills_per_step=args.max_prefills_per_step),
+            first_token=args.first_token,
             backpressure=BackpressureConfig(Policy(args.policy), args.queue_limit, args.stall_timeout),
             waiting_limit=args.waiting_limit, max_tokens_budget=args.max_tokens_budget, keepalive_s=args.keepalive,
             graceful_timeout_s=args.graceful_timeout, lab=args.lab)
@@ -124,6 +134,11 @@ def main(argv: list[str] | None = None) -> int:
         from streamlab.demo import run_demo
 
         return 0 if run_demo(loaded, args.streams, args.max_new_tokens, console) else 1
+    if args.command == "export":
+        from streamlab.export import export_model
+
+        console.print(f"wrote {export_model(loaded, args.folder)}")
+        return 0
     if args.command == "bench" and args.bench == "step":
         from streamlab.bench_step import run_step_bench, write_json
         from streamlab.report_tables import step_table

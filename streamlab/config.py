@@ -34,9 +34,14 @@ class CacheConfig:
 class EngineConfig:
     max_batch: int = 32
     cache: CacheConfig = CacheConfig()
+    # Admissions (each one prefill) per step; 0 = as many as slots and blocks allow. A cap lets
+    # the running streams' decode go on between groups of prefills when many arrive at once.
+    max_prefills_per_step: int = 0
 
     def __post_init__(self) -> None:
         _require(self.max_batch >= 1, f"max_batch must be >= 1, got {self.max_batch}")
+        _require(self.max_prefills_per_step >= 0,
+                 f"max_prefills_per_step must be >= 0, got {self.max_prefills_per_step}")
 
 
 @dataclass(frozen=True)
@@ -49,6 +54,9 @@ class ServiceConfig:
     keepalive_s: float = 15.0
     graceful_timeout_s: float = 5.0
     lab: bool = False  # padding and the write-only response, for measurements only
+    # "prefill": a stream's first token goes out as soon as its own prefill is done;
+    # "step": with the rest of the step's events, when the whole step ends (the chapter's lab).
+    first_token: str = "prefill"
     max_body_bytes: int = 64 * 1024
     max_pad_bytes: int = 1024 * 1024
 
@@ -56,4 +64,6 @@ class ServiceConfig:
         _require(self.waiting_limit >= 1, f"waiting_limit must be >= 1, got {self.waiting_limit}")
         _require(self.max_tokens_budget >= 2, f"max_tokens_budget must be >= 2, got {self.max_tokens_budget}")
         _require(self.keepalive_s > 0, f"keepalive must be > 0 s, got {self.keepalive_s}")
+        _require(self.first_token in ("prefill", "step"),
+                 f"first_token must be 'prefill' or 'step', got {self.first_token!r}")
         _require(self.graceful_timeout_s >= 0, f"graceful timeout must be >= 0 s, got {self.graceful_timeout_s}")

@@ -74,8 +74,10 @@ class Stream:
 
 class Hub:
     def __init__(self, engine: BatchEngine, tokenizer, backpressure_cfg: BackpressureConfig = BackpressureConfig(),
-                 waiting_limit: int = 64, clock: Clock = time.monotonic) -> None:
+                 waiting_limit: int = 64, clock: Clock = time.monotonic, first_token: str = "prefill") -> None:
         self.engine = engine
+        # The naive policy waits for readers after each step; it keeps per-step delivery.
+        self.early_first_token = first_token == "prefill" and backpressure_cfg.policy is not Policy.NAIVE
         self.cfg = backpressure_cfg
         self.waiting_limit = waiting_limit
         self.clock = clock
@@ -299,7 +301,7 @@ class Hub:
                 if not self.engine.has_work():
                     self._work.wait(IDLE_POLL_S)
                     continue
-                out = self.engine.step()
+                out = self.engine.step(self._deliver_early if self.early_first_token else None)
                 now = self.complete_step(out)
                 if self.cfg.policy is Policy.NAIVE:
                     future = asyncio.run_coroutine_threadsafe(self._deliver_and_wait(out, now), self._loop)
@@ -316,6 +318,11 @@ class Hub:
             self.failure = exc
             if not self._loop.is_closed():
                 self._loop.call_soon_threadsafe(self.end_all, "internal_error")
+
+    def _deliver_early(self, part: StepOutput) -> None:
+        """Step thread, mid-step: one prefill's first token, sent on without waiting for the step."""
+        now = self.complete_step(part)
+        self._loop.call_soon_threadsafe(self._deliver, part, now)
 
     def complete_step(self, out: StepOutput) -> float:
         """Note the releases of a step that has just ended; returns the hub clock's now."""

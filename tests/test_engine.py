@@ -39,6 +39,43 @@ def test_first_token_comes_from_the_prefill_in_the_admitting_step(make_engine):
     assert second.prefilled == 0 and second.decoded == 1
 
 
+def test_on_prefill_hands_over_each_first_token_before_the_step_ends(tiny, make_engine):
+    plain, early = make_engine(), make_engine()
+    for engine in (plain, early):
+        engine.submit("a", ids(10, 1), greedy(4))
+        engine.submit("b", ids(12, 2), greedy(1))  # its first token is its last
+        engine.submit("c", ids(9, 3), greedy(4))
+    parts = []
+    seen_in_step = []
+    first = early.step(lambda part: (parts.append(part), seen_in_step.append(early.stats().tokens_generated)))
+    assert [[(t.request_id, t.index) for t in p.tokens] for p in parts] == [[("a", 0)], [("b", 0)], [("c", 0)]]
+    assert seen_in_step == [1, 2, 3]  # each handed over before the next prefill ran
+    assert [f.request_id for p in parts for f in p.finished] == ["b"]
+    assert all(p.prefilled == 1 and p.prefill_tokens > 0 for p in parts)
+    assert first.tokens == [] and first.prefilled == 0 and first.finished == []
+    assert early.stats().releases == 1  # b went back inside the step, once
+    # The same tokens either way: early delivery changes when, not what.
+    late = drain(plain).tokens
+    rest = drain(early).tokens
+    for rid in "abc":
+        firsts = [t.token_id for p in parts for t in p.tokens if t.request_id == rid]
+        assert firsts + rest.get(rid, []) == late[rid]
+    assert_clean(early)
+
+
+def test_max_prefills_per_step_admits_that_many_and_decodes_the_rest(tiny):
+    from streamlab.config import CacheConfig, EngineConfig
+    from streamlab.engine.engine import BatchEngine
+
+    engine = BatchEngine(tiny.model, EngineConfig(max_batch=8, cache=CacheConfig(256, 16), max_prefills_per_step=2))
+    for i in range(5):
+        engine.submit(str(i), ids(8, i), greedy(3))
+    shape = [(out.prefilled, out.decoded) for out in (engine.step() for _ in range(4))]
+    assert shape == [(2, 0), (2, 2), (1, 4), (0, 3)]
+    drain(engine)
+    assert_clean(engine)
+
+
 def test_admission_is_limited_by_blocks_in_arrival_order(make_engine):
     engine = make_engine(max_batch=8, num_blocks=10, block_size=4)
     engine.submit("a", ids(12, 1), greedy(12))  # 24 tokens: 6 blocks

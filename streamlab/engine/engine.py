@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
@@ -154,11 +155,14 @@ class BatchEngine:
         return bool(sched.waiting) and len(sched.running) < self.config.max_batch and \
             self.blocks.can_allocate(sched.blocks_needed(sched.waiting[0]))
 
-    def step(self) -> StepOutput:
+    def step(self, on_prefill: Callable[[StepOutput], None] | None = None) -> StepOutput:
+        """One round. With on_prefill, each admitted sequence's first token (and its finish, if
+        that token ends it) is handed over as soon as its own prefill is done, as a StepOutput of
+        its own, and is not repeated in the returned one."""
         if not self._step_lock.acquire(blocking=False):
             raise RuntimeError("step() called while another step is running")
         try:
-            return self._step()
+            return self._step(on_prefill)
         finally:
             self._step_lock.release()
 
@@ -167,7 +171,7 @@ class BatchEngine:
         """Steps begun so far: a wish made now is carried out by step steps_started + 1."""
         return self._steps_started
 
-    def _step(self) -> StepOutput:
+    def _step(self, on_prefill: Callable[[StepOutput], None] | None) -> StepOutput:
         step = self._steps + 1
         finished: list[FinishEvent] = []
         with self._state_lock:
@@ -178,10 +182,26 @@ class BatchEngine:
         for seq in batch.prefills:
             slots = self.cache.slots_for(seq.block_table, 0, len(seq.prompt_ids))
             logits = self.model.prefill(seq.prompt_ids, slots, self.cache)
-            made.append((seq, sample(logits, seq.params, seq.rng)))
+            token_id = sample(logits, seq.params, seq.rng)
+            if on_prefill is None:
+                made.append((seq, token_id))
+                continue
+            early_finished: list[FinishEvent] = []
+            early_tokens = self._record_tokens([(seq, token_id)], step, early_finished)
+            on_prefill(StepOutput(step, early_tokens, early_finished, 1, 0, len(seq.prompt_ids)))
         if batch.decodes:
             logits = self.model.decode(self._decode_batch(batch.decodes), self.cache)
             made.extend((seq, sample(logits[i], seq.params, seq.rng)) for i, seq in enumerate(batch.decodes))
+        tokens = self._record_tokens(made, step, finished)
+        with self._state_lock:
+            self._steps = step
+        early = on_prefill is not None
+        return StepOutput(step, tokens, finished, 0 if early else len(batch.prefills), len(batch.decodes),
+                          0 if early else sum(len(s.prompt_ids) for s in batch.prefills))
+
+    def _record_tokens(self, made: list[tuple[Sequence, int]], step: int,
+                       finished: list[FinishEvent]) -> list[TokenEvent]:
+        """Append the new tokens to their sequences and finish those they end; the token events."""
         tokens: list[TokenEvent] = []
         with self._state_lock:
             for seq, token_id in made:
@@ -190,9 +210,7 @@ class BatchEngine:
                 if reason is not None:
                     self._finish(seq, reason, step, finished)
             self._tokens_generated += len(made)
-            self._steps = step
-        return StepOutput(step, tokens, finished, len(batch.prefills), len(batch.decodes),
-                          sum(len(s.prompt_ids) for s in batch.prefills))
+        return tokens
 
     def _apply_inbox(self, step: int, finished: list[FinishEvent]) -> None:
         with self._inbox_lock:

@@ -37,7 +37,8 @@ class Scheduler:
 
     def schedule(self, step: int) -> ScheduledBatch:
         admitted: list[Sequence] = []
-        while self.waiting and len(self.running) < self.config.max_batch:
+        cap = self.config.max_prefills_per_step or self.config.max_batch
+        while self.waiting and len(self.running) < self.config.max_batch and len(admitted) < cap:
             seq = self.waiting[0]
             need = self.blocks_needed(seq)
             if not self.blocks.can_allocate(need):
