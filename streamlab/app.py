@@ -187,6 +187,12 @@ def create_app(config: ServiceConfig = ServiceConfig(), loaded: LoadedModel | No
         return JSONResponse({"releases": [vars(r) for r in list(hub.releases)],
                              "ledger_problems_when_idle": hub.engine.check_released()})
 
+    async def steps(request: Request) -> Response:
+        """The step thread's recent steps: when each began, how long it took, what it did."""
+        hub: Hub = request.state.hub
+        return JSONResponse({"steps": [{"began": b, "seconds": d, "prefilled": p, "decoded": n}
+                                       for b, d, p, n in list(hub.step_log)]})
+
     async def lab_flood(request: Request) -> Response:
         """Lab: write events of `event_bytes` as fast as possible to a client that does not read;
         note how many bytes were accepted before a write blocked (the chapter's buffer figure)."""
@@ -228,6 +234,7 @@ def create_app(config: ServiceConfig = ServiceConfig(), loaded: LoadedModel | No
         Route("/metrics", metrics, methods=["GET"]),
         Route("/debug/invariants", invariants, methods=["GET"]),
         Route("/debug/releases", releases, methods=["GET"]),
+        Route("/debug/steps", steps, methods=["GET"]),
         Route("/lab/flood", lab_flood, methods=["GET"]),
         Route("/lab/flood-result", lab_flood_result, methods=["GET"]),
     ]

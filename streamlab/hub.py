@@ -92,8 +92,11 @@ class Hub:
         self._closed_at: dict[str, tuple[float, int]] = {}  # early closes awaiting release: (time, steps begun)
         self.releases: deque[ReleaseRecord] = deque(maxlen=RELEASE_LOG_SIZE)
         self.release_delays_s: deque[float] = deque(maxlen=RELEASE_LOG_SIZE)
+        # The step thread's own record: (began, seconds, prefilled, decoded), for /debug/steps.
+        self.step_log: deque[tuple[float, float, int, int]] = deque(maxlen=RELEASE_LOG_SIZE)
         self.on_release_delay: Callable[[float], None] | None = None  # metrics hook
         self.on_wish: Callable[[], None] | None = None  # an external driver's wake-up (the simulation)
+        self._prefilled_early = 0  # prefills handed over early in the step running now
         self.draining = False
         self.failure: BaseException | None = None
         self.counters = {"requests_accepted": 0, "requests_refused": 0, "late_events_dropped": 0,
@@ -301,8 +304,11 @@ class Hub:
                 if not self.engine.has_work():
                     self._work.wait(IDLE_POLL_S)
                     continue
+                began = self.clock()
+                self._prefilled_early = 0
                 out = self.engine.step(self._deliver_early if self.early_first_token else None)
                 now = self.complete_step(out)
+                self.step_log.append((began, now - began, out.prefilled + self._prefilled_early, out.decoded))
                 if self.cfg.policy is Policy.NAIVE:
                     future = asyncio.run_coroutine_threadsafe(self._deliver_and_wait(out, now), self._loop)
                     while not self._stopping.is_set():
@@ -322,6 +328,7 @@ class Hub:
     def _deliver_early(self, part: StepOutput) -> None:
         """Step thread, mid-step: one prefill's first token, sent on without waiting for the step."""
         now = self.complete_step(part)
+        self._prefilled_early += part.prefilled
         self._loop.call_soon_threadsafe(self._deliver, part, now)
 
     def complete_step(self, out: StepOutput) -> float:

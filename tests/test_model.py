@@ -5,18 +5,27 @@ import torch
 
 from streamlab.config import CacheConfig
 from streamlab.engine.cache import KVCache
-from streamlab.model import probe_row_quantum
+from streamlab.model import Linear, prepacked_linear_available, probe_row_quantum
 
 
-def test_linear_rows_are_exact_at_every_multiple_of_the_probed_quantum(tiny):
-    """The assumption batch invariance rests on, checked on this machine's kernels."""
-    q = tiny.model.row_quantum
+@pytest.mark.parametrize("packed", [False, True])
+def test_linear_rows_are_exact_at_every_multiple_of_the_probed_quantum(tiny, packed):
+    """The assumption batch invariance rests on, checked on this machine's kernels (both kinds)."""
+    if packed and not prepacked_linear_available():
+        pytest.skip("this PyTorch has no oneDNN prepacked linear")
+    q = probe_row_quantum(64, 256, packed=packed)
     gen = torch.Generator().manual_seed(1)
-    w, b = torch.randn(64, 8192, generator=gen), torch.randn(8192, generator=gen)
+    linear = Linear(torch.randn(64, 8192, generator=gen), torch.randn(8192, generator=gen), packed)
     x = torch.randn(48, 64, generator=gen)
-    ref = torch.addmm(b, x, w)
+    ref = linear(x)
     for m in range(q, 49, q):
-        assert torch.equal(torch.addmm(b, x[:m], w), ref[:m]), f"{m} rows"
+        assert torch.equal(linear(x[:m]), ref[:m]), f"{m} rows"
+    assert torch.allclose(ref, torch.addmm(linear.b, x, linear.w), rtol=1e-4, atol=1e-3)
+
+
+def test_the_model_uses_the_probed_quantum_of_its_own_kernel(tiny):
+    assert tiny.model.row_quantum == max(probe_row_quantum(64, 256, packed=tiny.model.prepacked),
+                                         probe_row_quantum(64, 8192, packed=tiny.model.prepacked))
 
 
 def test_probe_returns_a_quantum_that_divides_the_probe_size():
@@ -75,3 +84,32 @@ def test_presets_are_deterministic_and_quick(name):
     assert torch.equal(a.model.wte, b.model.wte) and torch.equal(a.model.layers[-1].fc_w, b.model.layers[-1].fc_w)
     if name == "tiny":
         assert elapsed < 1.0, f"tiny took {elapsed:.2f}s to load"
+
+
+def test_paged_attention_rows_do_not_depend_on_the_group_size():
+    """At GPT-2 small's width, where a reduction with a small output would be split between
+    threads: a sequence's attention output has the same bits in a group of any size."""
+    from types import SimpleNamespace
+
+    from streamlab.model import GPT2, AttentionGroup, GPT2Shape
+
+    shape = GPT2Shape(8192, 1024, 768, 1, 12)
+    fake = SimpleNamespace(shape=shape, scale=1 / 8)
+    gen = torch.Generator().manual_seed(3)
+    cache = KVCache(1, 12, 64, CacheConfig(num_blocks=600, block_size=16))
+    slots = torch.arange(600 * 16)
+    cache.store(0, slots, torch.randn(600 * 16, 12, 64, generator=gen), torch.randn(600 * 16, 12, 64, generator=gen))
+    G, L = 32, 256
+    group_slots = torch.randperm(600 * 16, generator=gen)[:G * L].view(G, L)
+    context = torch.randint(40, L, (G,), generator=gen)
+    masked = torch.arange(L)[None, :] >= context[:, None]
+    q = torch.randn(G, 12, 64, generator=gen)
+
+    def attend(rows: slice) -> torch.Tensor:
+        group = AttentionGroup(torch.arange(G)[rows], group_slots[rows], masked[rows])
+        return GPT2._paged_attention(fake, q[rows], cache, 0, group)
+
+    full = attend(slice(0, G))
+    for size in (1, 2, 3, 5, 8, 13):
+        for start in (0, 7, 19):
+            assert torch.equal(attend(slice(start, start + size)), full[start:start + size]), (size, start)
