@@ -106,6 +106,7 @@ async def _live(scenario: Scenario, planned, progress) -> Trace:
             await t
         stats = await server.settle(scenario.drain_s)
         releases = (await server.get_json("/debug/releases"))
+        stats["closed_streams"] = releases.get("closed_streams", [])  # peak queue per stream
         invariants = (await server.get_json("/debug/invariants"))["violations"]
     finally:
         code = server.stop()

@@ -185,6 +185,8 @@ def create_app(config: ServiceConfig = ServiceConfig(), loaded: LoadedModel | No
     async def releases(request: Request) -> Response:
         hub: Hub = request.state.hub
         return JSONResponse({"releases": [vars(r) for r in list(hub.releases)],
+                             "closed_streams": [{"request_id": rid, "reason": why, "max_queued_events": peak}
+                                                for rid, why, peak in list(hub.closed_streams)],
                              "ledger_problems_when_idle": hub.engine.check_released()})
 
     async def steps(request: Request) -> Response:

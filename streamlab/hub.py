@@ -92,6 +92,8 @@ class Hub:
         self._closed_at: dict[str, tuple[float, int]] = {}  # early closes awaiting release: (time, steps begun)
         self.releases: deque[ReleaseRecord] = deque(maxlen=RELEASE_LOG_SIZE)
         self.release_delays_s: deque[float] = deque(maxlen=RELEASE_LOG_SIZE)
+        # Each closed stream: (request id, close reason, most events it ever had queued).
+        self.closed_streams: deque[tuple[str, str, int]] = deque(maxlen=RELEASE_LOG_SIZE)
         # The step thread's own record: (began, seconds, prefilled, decoded), for /debug/steps.
         self.step_log: deque[tuple[float, float, int, int]] = deque(maxlen=RELEASE_LOG_SIZE)
         self.on_release_delay: Callable[[float], None] | None = None  # metrics hook
@@ -198,6 +200,7 @@ class Hub:
             self.cancellations[reason] = self.cancellations.get(reason, 0) + 1
             self._wake()
         self._streams.pop(stream.request_id, None)
+        self.closed_streams.append((stream.request_id, reason, stream.max_queued))
         self.counters["streams_closed"] += 1
         stream.wakeup.set()
         stream.taken.set()

@@ -1,0 +1,73 @@
+"""Harness speed: the 300-stream leak scenario in simulation and live; how many concurrent
+streaming clients one harness process sustains before its own event-loop lag passes 10 ms.
+
+The lag probe is a task that asks to sleep 5 ms and notes how late it wakes. The clients read
+streams from a real `streamlab serve` (tiny model) in another process on the same 2 cores,
+so the figure is what this harness sustains on this machine, server included.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+from benchmarks.common import pct
+from benchmarks.streams import STREAMLAB, timed_stream
+from harness.live import ServerProcess
+from harness.live_run import run_live
+from harness.runner import simulate
+from harness.scenario import load
+
+LAG_LIMIT_S = 0.010
+COUNTS = (64, 128, 256, 512, 1024)
+TOKENS = 32
+
+
+def leak_300(say) -> dict:
+    scenario = load(Path("scenarios/leak_300.yaml"))
+    say("harness speed: leak_300 in simulation")
+    t0 = time.perf_counter()
+    sim, _ = simulate(scenario)
+    sim_s = time.perf_counter() - t0
+    say("harness speed: leak_300 live")
+    t0 = time.perf_counter()
+    live, _ = run_live(scenario)
+    live_s = time.perf_counter() - t0
+    return {"sim_wall_s": sim_s, "sim_virtual_s": sim.duration_s, "live_wall_s": live_s,
+            "live_duration_s": live.duration_s, "streams": len(sim.streams)}
+
+
+async def _lag_probe(stop: asyncio.Event, lags: list[float]) -> None:
+    while not stop.is_set():
+        t0 = time.monotonic()
+        await asyncio.sleep(0.005)
+        lags.append(time.monotonic() - t0 - 0.005)
+
+
+async def sustained_clients(log_dir: Path, say) -> dict:
+    rows = []
+    server = ServerProcess(["--model", "tiny", "--log-level", "warning", "--max-batch", "256",
+                            "--cache-blocks", "4096", "--waiting-limit", "2048"], log_dir=log_dir)
+    async with server:
+        for count in COUNTS:
+            say(f"harness speed: {count} concurrent clients")
+            lags: list[float] = []
+            stop = asyncio.Event()
+            probe = asyncio.ensure_future(_lag_probe(stop, lags))
+            t0 = time.monotonic()
+            streams = await asyncio.gather(*(timed_stream(STREAMLAB, server.port, i, f"Client {i} asks: return the "
+                                                          "number of items.", TOKENS) for i in range(count)),
+                                           return_exceptions=True)
+            stop.set()
+            await probe
+            ok = sum(not isinstance(s, BaseException) for s in streams)
+            rows.append({"clients": count, "completed": ok, "wall_s": time.monotonic() - t0,
+                         "lag_p50_ms": pct(lags, 50) * 1e3, "lag_p99_ms": pct(lags, 99) * 1e3,
+                         "lag_max_ms": max(lags) * 1e3})
+            if pct(lags, 99) > LAG_LIMIT_S or ok < count:
+                break
+            await server.settle()
+    sustained = max((r["clients"] for r in rows if r["lag_p99_ms"] <= LAG_LIMIT_S * 1e3
+                     and r["completed"] == r["clients"]), default=0)
+    return {"rows": rows, "sustained_clients": sustained, "lag_limit_ms": LAG_LIMIT_S * 1e3, "tokens": TOKENS}

@@ -1,0 +1,188 @@
+"""Overlap: 1..32 simultaneous streams over HTTP, ours and the peer's, and the in-process bound.
+
+The chapter's experiment: 32 prompts of about 200 characters, 64 greedy tokens each; at level
+N the first N prompts are sent at once from separate connections, three times (repetitions
+interleaved across levels, so drift on a shared machine hits every level). Back-to-back is
+each prompt alone, one after another; those solo streams are also the identity reference.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import torch
+
+from benchmarks.common import pct, spread
+from benchmarks.servers import PeerServer, export_folder, ours
+from benchmarks.streams import STREAMLAB, Api, TimedStream, burst, peer_api
+from streamlab.bench_step import _CACHE_ARG
+from streamlab.config import CacheConfig, EngineConfig
+from streamlab.engine.engine import BatchEngine
+from streamlab.models import load_model
+from streamlab.prompts import prompts_near
+from streamlab.sampling import SamplingParams
+
+MODEL = "gpt2-small-random"
+LEVELS = (1, 2, 4, 8, 16, 32)
+MAX_TOKENS = 64
+
+
+def workload(count: int = 32) -> list[str]:
+    return prompts_near(200, count)
+
+
+def summarize_burst(n: int, makespan: float, streams: list[TimedStream], solo: dict[int, TimedStream] | None,
+                    ) -> dict:
+    ttfts = [s.ttft_s for s in streams]
+    gaps = [g for s in streams for g in s.gaps_s]
+    row = {"n": n, "makespan_s": makespan, "tokens_per_s": n * MAX_TOKENS / makespan,
+           "ttft_p50_s": pct(ttfts, 50), "ttft_p99_s": pct(ttfts, 99), "ttft_min_s": min(ttfts),
+           "gap_p50_s": pct(gaps, 50), "gap_p99_s": pct(gaps, 99)}
+    if solo is not None:
+        ids = [s.token_ids if s.token_ids else s.text for s in streams]
+        ref = [solo[s.prompt_index].token_ids if s.token_ids else solo[s.prompt_index].text for s in streams]
+        row["identical"] = sum(a == b for a, b in zip(ids, ref))
+    return row
+
+
+def by_level(rows: list[dict]) -> list[dict]:
+    """Per level: median, min and max of each figure over the repetitions."""
+    out = []
+    for n in sorted({r["n"] for r in rows}):
+        reps = [r for r in rows if r["n"] == n]
+        level = {"n": n, "repetitions": len(reps)}
+        for key in ("makespan_s", "tokens_per_s", "ttft_p50_s", "ttft_p99_s", "gap_p50_s", "gap_p99_s"):
+            level[key] = spread([r[key] for r in reps])
+        if "identical" in reps[0]:
+            level["identical"] = sum(r["identical"] for r in reps)
+            level["streams"] = n * len(reps)
+        out.append(level)
+    return out
+
+
+async def levels(api: Api, port: int, prompts: list[str], levels_: tuple[int, ...], reps: int,
+                 solo: dict[int, TimedStream] | None, on_window=None) -> list[dict]:
+    rows = []
+    for _ in range(reps):
+        for n in levels_:
+            began = time.monotonic()
+            makespan, streams = await burst(api, port, prompts[:n], MAX_TOKENS)
+            rows.append(summarize_burst(n, makespan, streams, solo))
+            if on_window is not None:
+                on_window(n, began, time.monotonic())
+    return rows
+
+
+async def back_to_back(api: Api, port: int, prompts: list[str]) -> tuple[dict, dict[int, TimedStream]]:
+    solo: dict[int, TimedStream] = {}
+    durations = []
+    for i, prompt in enumerate(prompts):
+        makespan, (stream,) = await burst(api, port, [prompt], MAX_TOKENS)
+        stream.prompt_index = i
+        solo[i] = stream
+        durations.append(makespan)
+    return ({"total_s": sum(durations), "stream_s": spread(durations),
+             "ttft_s": spread([s.ttft_s for s in solo.values()]),
+             "gap_p50_s": pct([g for s in solo.values() for g in s.gaps_s], 50),
+             "tokens_per_s": len(prompts) * MAX_TOKENS / sum(durations)}, solo)
+
+
+def steps_in(steps: list[dict], began: float, ended: float) -> dict:
+    """What the server's step thread did inside one burst's window."""
+    inside = [s for s in steps if began <= s["began"] <= ended]
+    decode = [s["seconds"] for s in inside if s["prefilled"] == 0 and s["decoded"] > 0]
+    full = [s["seconds"] for s in inside if s["prefilled"] == 0 and s["decoded"] >= 28]
+    return {"steps": len(inside), "prefill_step_s": sum(s["seconds"] for s in inside if s["prefilled"]),
+            "decode_steps": len(decode), "decode_s": sum(decode),
+            "decode_step_at_32_median_s": pct(full, 50) if full else None}
+
+
+async def run_ours(prompts: list[str], reps: int, log_dir: Path, say) -> dict:
+    out: dict = {"variants": {}}
+    windows: list[tuple[int, float, float]] = []
+    async with ours(MODEL, log_dir=log_dir) as server:
+        await burst(STREAMLAB, server.port, prompts[:4], 4)  # warm-up
+        say("ours: back-to-back (32 solo streams)")
+        out["back_to_back"], solo = await back_to_back(STREAMLAB, server.port, prompts)
+        say("ours: levels 1-32")
+        rows = await levels(STREAMLAB, server.port, prompts, LEVELS, reps, solo,
+                            lambda n, a, b: windows.append((n, a, b)))
+        steps = (await server.get_json("/debug/steps"))["steps"]
+        settled = await server.settle()
+    out["rows"], out["levels"] = rows, by_level(rows)
+    out["server_clean"] = settled["blocks_free"] == settled["blocks_total"]
+    out["steps_at_32"] = [steps_in(steps, a, b) for n, a, b in windows if n == 32]
+    out["solo_text"] = {i: s.text for i, s in solo.items()}
+    # The two other ways to deliver first tokens when 32 arrive together, at 32 only.
+    for name, extra in (("first_token_per_step", ["--first-token", "step"]),
+                        ("prefill_groups_of_8", ["--first-token", "step", "--max-prefills-per-step", "8"])):
+        say(f"ours: 32 streams, {name}")
+        async with ours(MODEL, *extra, log_dir=log_dir) as server:
+            await burst(STREAMLAB, server.port, prompts[:4], 4)
+            vrows = await levels(STREAMLAB, server.port, prompts, (32,), reps, solo)
+        out["variants"][name] = by_level(vrows)[0]
+    out["variants"]["first_token_per_prefill"] = out["levels"][-1]
+    return out
+
+
+async def run_peer(prompts: list[str], reps: int, peer_levels: tuple[int, ...], log_dir: Path,
+                   solo_text: dict[int, str], say) -> dict:
+    folder = export_folder(MODEL, Path("results/benchmarks") / f"{MODEL}-hf")
+    say("peer: transformers serve --continuous-batching")
+    t0 = time.monotonic()
+    async with PeerServer(folder, log_dir) as peer:
+        api = peer_api(str(folder))
+        started = time.monotonic() - t0
+        await burst(api, peer.port, prompts[:4], 4)  # warm-up: its batching manager starts on first use
+        rows = await levels(api, peer.port, prompts, peer_levels, reps, None)
+        _, streams = await burst(api, peer.port, prompts, MAX_TOKENS)
+    same_text = sum(s.text == solo_text.get(s.prompt_index) for s in streams)
+    return {"rows": rows, "levels": by_level(rows), "start_s": started, "same_text_as_ours": same_text,
+            "streams_compared": len(streams), "command": "transformers serve <folder> --continuous-batching "
+            "--device cpu --dtype float32", "folder": str(folder)}
+
+
+@torch.inference_mode()
+def in_process_bound(prompts: list[str], reps: int) -> dict:
+    """transformers' contiguous-cache forward: one left-padded batched prefill of all 32 prompts,
+    then 63 batched decode steps (greedy), no HTTP. Beside it, our engine in-process on the
+    same work, so the HTTP cost and the engine's cost can be told apart."""
+    loaded = load_model(MODEL)
+    hf = loaded.hf_model()
+    ids = [loaded.tokenizer.encode(p) for p in prompts]
+    pad, n = loaded.model.eos_token_id, max(map(len, ids))
+    bound, engine, prefill = [], [], []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        tokens = torch.tensor([[pad] * (n - len(p)) + p for p in ids])
+        mask = (torch.arange(n)[None, :] >= torch.tensor([n - len(p) for p in ids])[:, None]).long()
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        out = hf(tokens, attention_mask=mask, position_ids=positions, use_cache=True)
+        logits, past = out.logits, out.get("cache") or out.get("past_key_values")
+        prefill.append(time.perf_counter() - t0)
+        for _ in range(MAX_TOKENS - 1):
+            nxt = logits[:, -1].argmax(-1, keepdim=True)
+            mask = torch.cat([mask, torch.ones(len(ids), 1, dtype=torch.long)], 1)
+            positions = positions[:, -1:] + 1
+            logits, past = hf_decode_masked(hf, nxt, past, mask, positions)
+        bound.append(time.perf_counter() - t0)
+
+        eng = BatchEngine(loaded.model, EngineConfig(max_batch=32, cache=CacheConfig(1024, 16)))
+        t0 = time.perf_counter()
+        for i, p in enumerate(ids):
+            eng.submit(str(i), p, SamplingParams(max_new_tokens=MAX_TOKENS, ignore_eos=True))
+        while eng.has_work():
+            eng.step()
+        engine.append(time.perf_counter() - t0)
+    total = len(ids) * MAX_TOKENS
+    return {"bound_s": spread(bound), "bound_tokens_per_s": spread([total / t for t in bound]),
+            "bound_prefill_s": spread(prefill), "padded_prompt_tokens": n * len(ids),
+            "prompt_tokens": sum(map(len, ids)), "engine_s": spread(engine),
+            "engine_tokens_per_s": spread([total / t for t in engine])}
+
+
+def hf_decode_masked(hf, nxt, past, mask, positions):
+    out = hf(nxt, attention_mask=mask, position_ids=positions, use_cache=True, **{_CACHE_ARG: past})
+    return out.logits, out.get(_CACHE_ARG)
+

@@ -1,0 +1,101 @@
+"""The results page's plots (matplotlib, PNG), each from one section's JSON."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from benchmarks.common import PLOTS  # noqa: E402
+
+
+def _save(fig, name: str) -> Path:
+    PLOTS.mkdir(parents=True, exist_ok=True)
+    path = PLOTS / name
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def _band(ax, levels: list[dict], key: str, label: str, scale: float = 1.0, **style) -> None:
+    ns = [lv["n"] for lv in levels]
+    med = [lv[key]["median"] * scale for lv in levels]
+    lo = [lv[key]["min"] * scale for lv in levels]
+    hi = [lv[key]["max"] * scale for lv in levels]
+    ax.plot(ns, med, marker="o", label=label, **style)
+    ax.fill_between(ns, lo, hi, alpha=0.2, **({"color": style["color"]} if "color" in style else {}))
+
+
+def overlap(ours: dict, peer: dict | None, bound: dict | None) -> Path:
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    _band(left, ours["levels"], "tokens_per_s", "streamlab over HTTP", color="tab:blue")
+    if peer:
+        _band(left, peer["levels"], "tokens_per_s", "transformers serve (CB)", color="tab:orange")
+    if bound:
+        left.axhline(bound["bound_tokens_per_s"]["median"], color="tab:gray", ls="--",
+                     label="in-process bound (transformers, 32)")
+        left.axhline(bound["engine_tokens_per_s"]["median"], color="tab:blue", ls=":",
+                     label="our engine in-process (32)")
+    left.set(xscale="log", xlabel="simultaneous streams", ylabel="aggregate tokens/s",
+             title="Throughput (median, band = min..max)")
+    left.set_xticks([1, 2, 4, 8, 16, 32], labels=["1", "2", "4", "8", "16", "32"])
+    left.legend(fontsize=8)
+    _band(right, ours["levels"], "ttft_p50_s", "streamlab TTFT p50", color="tab:blue")
+    _band(right, ours["levels"], "gap_p99_s", "streamlab gap p99", scale=1.0, color="tab:green")
+    if peer:
+        _band(right, peer["levels"], "ttft_p50_s", "peer TTFT p50", color="tab:orange")
+    right.set(xscale="log", yscale="log", xlabel="simultaneous streams", ylabel="seconds",
+              title="Time to first token and gap between tokens")
+    right.set_xticks([1, 2, 4, 8, 16, 32], labels=["1", "2", "4", "8", "16", "32"])
+    right.legend(fontsize=8)
+    return _save(fig, "overlap.png")
+
+
+def step_cost(step: dict) -> Path:
+    fig, ax = plt.subplots(figsize=(6, 4))
+    rows = step["rows"]
+    b = [r["batch"] for r in rows]
+    for key, label, color in (("paged", "streamlab paged step", "tab:blue"),
+                              ("contiguous", "transformers contiguous step", "tab:gray")):
+        ax.plot(b, [r[f"{key}_ms"] for r in rows], marker="o", color=color, label=label)
+        ax.fill_between(b, [r[f"{key}_ms_min"] for r in rows], [r[f"{key}_ms_max"] for r in rows], color=color,
+                        alpha=0.2)
+    ax.set(xscale="log", xlabel="sequences decoded together", ylabel="ms per decode step",
+           title=f"Decode step cost, {step['model']}")
+    ax.set_xticks(b, labels=[str(x) for x in b])
+    ax.set_ylim(bottom=0)
+    ax.legend(fontsize=8)
+    return _save(fig, "step_cost.png")
+
+
+def slow_readers(result: dict) -> Path:
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    policies = list(dict.fromkeys(r["policy"] for r in result["rows"]))
+    for policy in policies:
+        rows = [r for r in result["rows"] if r["policy"] == policy]
+        ks = [r["slow"] for r in rows]
+        left.plot(ks, [r["healthy_completion_max_s"] for r in rows], marker="o", label=policy)
+        right.plot(ks, [r["healthy_gap_p99_s"] * 1e3 for r in rows], marker="o", label=policy)
+    left.set(yscale="log", xlabel="slow readers among 8", ylabel="seconds",
+             title="Healthy streams: slowest completion")
+    right.set(yscale="log", xlabel="slow readers among 8", ylabel="ms", title="Healthy streams: gap p99")
+    for ax in (left, right):
+        ax.set_xticks([0, 1, 2, 4])
+        ax.legend(fontsize=8)
+    return _save(fig, "slow_readers.png")
+
+
+def harness_lag(result: dict) -> Path:
+    fig, ax = plt.subplots(figsize=(6, 4))
+    rows = result["clients"]["rows"]
+    ax.plot([r["clients"] for r in rows], [r["lag_p99_ms"] for r in rows], marker="o", label="lag p99")
+    ax.plot([r["clients"] for r in rows], [r["lag_p50_ms"] for r in rows], marker="o", label="lag p50")
+    ax.axhline(result["clients"]["lag_limit_ms"], color="tab:red", ls="--", label="limit")
+    ax.set(xscale="log", xlabel="concurrent streaming clients in one harness process", ylabel="event-loop lag, ms",
+           title="Harness event-loop lag")
+    ax.legend(fontsize=8)
+    return _save(fig, "harness_lag.png")
