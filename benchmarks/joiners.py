@@ -1,7 +1,7 @@
 """Joiners: the first token of requests that arrive while 8 or 24 streams run (the chapter's H3).
 
 Long streams start together; once every one has its first token, twelve 8-token requests
-arrive at random moments over two seconds. Against: the same requests on an idle engine, and
+arrive at random moments over two seconds. Idle: the same twelve, each alone. Against: the same requests on an idle engine, and
 one decode step at that load plus one admitting step, from the server's own step log.
 """
 
@@ -24,15 +24,16 @@ LONG_TOKENS = 64
 JOINER_TOKENS = 8
 
 
-async def _condition(port: int, running: int, prompts: list[str], rng: random.Random) -> tuple[list[float], float]:
-    long = [asyncio.ensure_future(timed_stream(STREAMLAB, port, i, prompts[i % len(prompts)], LONG_TOKENS))
+async def _condition(port: int, running: int, prompts: list[str], rng: random.Random) -> tuple[list[float], int]:
+    """TTFTs of the joiners, and how many long streams were still running when the last joined."""
+    starts = [asyncio.Event() for _ in range(running)]
+    long = [asyncio.ensure_future(timed_stream(STREAMLAB, port, i, prompts[i % len(prompts)], LONG_TOKENS, starts[i]))
             for i in range(running)]
-    deadline = time.monotonic() + 120
-    while running and time.monotonic() < deadline:  # every long stream has started decoding
-        stats_ready = all(t.done() for t in long) or await _all_started(port, running)
-        if stats_ready:
-            break
-        await asyncio.sleep(0.05)
+    # Every long stream has its first token (all prefills done) before anyone joins.
+    await asyncio.wait_for(asyncio.gather(*(e.wait() for e in starts)), 120)
+    if not running:  # the idle engine: each request alone
+        return [(await timed_stream(STREAMLAB, port, 100 + k, prompts[(k + 7) % len(prompts)], JOINER_TOKENS)).ttft_s
+                for k in range(JOINERS)], 0
     began = time.monotonic()
     offsets = sorted(rng.uniform(0, WINDOW_S) for _ in range(JOINERS))
 
@@ -44,17 +45,6 @@ async def _condition(port: int, running: int, prompts: list[str], rng: random.Ra
     still_running = sum(not t.done() for t in long)
     await asyncio.gather(*long)
     return [s.ttft_s for s in joined], still_running
-
-
-async def _all_started(port: int, running: int) -> bool:
-    from harness.rawhttp import RawExchange
-
-    ex = await RawExchange.open("127.0.0.1", port, "GET", "/stats")
-    try:
-        stats = await ex.read_json()
-    finally:
-        ex.close_fin()
-    return stats["running"] >= running and stats["waiting"] == 0
 
 
 async def run(log_dir: Path, say, repetitions: int = 1) -> dict:

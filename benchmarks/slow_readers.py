@@ -28,7 +28,7 @@ def one(policy: str, slow: int, say) -> dict:
     healthy = trace.group("healthy")
     slow_streams = trace.group("slow")
     released = {r["request_id"]: r for r in trace.releases}
-    pad = next((g.request.get("pad_bytes", 0) for g in scenario.groups if g.name == "slow"), 0)
+    pad = next((g.request.pad_bytes for g in scenario.groups if g.name == "slow"), 0)
     peaks = {c["request_id"]: c["max_queued_events"] for c in trace.server.get("closed_streams", [])}
     slow_release_s = [released[s.request_id]["released_at"] - s.sent_at for s in slow_streams
                       if s.request_id in released]

@@ -91,7 +91,9 @@ def peer_api(model: str) -> Api:
     return Api("peer", "/v1/completions", model)
 
 
-async def timed_stream(api: Api, port: int, prompt_index: int, prompt: str, max_tokens: int) -> TimedStream:
+async def timed_stream(api: Api, port: int, prompt_index: int, prompt: str, max_tokens: int,
+                       started: asyncio.Event | None = None) -> TimedStream:
+    """One stream read to its end; `started` is set when its first token arrives."""
     stream = TimedStream(prompt_index, time.monotonic())
     ex = await RawExchange.open("127.0.0.1", port, "POST", api.path, api.body(prompt, max_tokens))
     try:
@@ -104,6 +106,8 @@ async def timed_stream(api: Api, port: int, prompt_index: int, prompt: str, max_
                 raise TimeoutError(f"{api.name} stream {prompt_index} not done within {STREAM_DEADLINE_S}s")
             for event in await ex.read_events(1, timeout_s=STREAM_DEADLINE_S):
                 api.take(event.data, event.event, stream, time.monotonic())
+            if started is not None and stream.token_times:
+                started.set()
     finally:
         ex.close_fin()
     if len(stream.token_times) != max_tokens:

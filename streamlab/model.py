@@ -8,9 +8,9 @@ Batch invariance is built in, so a sequence's logits are bit-identical alone or 
   batches are padded with zero rows to a multiple of `row_quantum`, probed at start-up as the
   smallest count whose multiples all agree, for the kernel in use (1 when nothing is needed).
 - Attention: each sequence's reductions run over a length that depends on its own context
-  only (its block count rounded up to a power of two), never on its neighbours'. Sequences
-  are grouped by that length and each group is one batched computation whose per-row
-  reduction order does not depend on the group's size.
+  only (its block count), never on its neighbours'. Sequences
+  are grouped by that length and each group is one batched scaled_dot_product_attention
+  whose per-(head, sequence) work does not depend on the group's size.
 - Prefill runs one prompt at a time, so it is the same computation alone or in a batch.
 """
 
@@ -58,7 +58,7 @@ class LayerWeights:
 @dataclass(frozen=True)
 class AttentionGroup:
     rows: torch.Tensor  # (G,) rows of the batch in this group
-    slots: torch.Tensor  # (G, L) cache slots to attend over, padded with the pad block
+    blocks: torch.Tensor  # (G, nb) cache blocks to attend over, padded with the pad block
     masked: torch.Tensor  # (G, L) True where a position is beyond the sequence's context
 
 
@@ -197,16 +197,12 @@ class GPT2:
         return self.lm_head(self._ln(x, self.lnf_w, self.lnf_b))[:B]
 
     def _paged_attention(self, q: torch.Tensor, cache: KVCache, layer: int, g: AttentionGroup) -> torch.Tensor:
-        # q: (G, nh, hs); k, v: (G, L, nh, hs). Elementwise products and reductions whose
-        # per-row order depends on L only, so a row's result does not depend on G. Each
-        # reduction runs over the innermost, contiguous dimension: PyTorch then gives a whole
-        # row to one thread, where a reduction over an outer dimension with a small output
-        # (a group of one) would be split between threads, and its bits would depend on G.
-        k, v = cache.gather(layer, g.slots)
-        G, L = g.slots.shape
-        scores = (q[:, None] * k).sum(-1).transpose(1, 2) * self.scale  # (G, nh, L)
-        scores = scores.masked_fill(g.masked[:, None, :], float("-inf"))
-        probs = torch.softmax(scores, dim=-1)  # (G, nh, L)
-        weighted = torch.empty(G, self.shape.n_head, self.shape.head_dim, L)  # L innermost
-        torch.mul(probs[:, :, None, :], v.permute(0, 2, 3, 1), out=weighted)
-        return weighted.sum(-1).reshape(G, -1)  # (G, nh * hs)
+        # q: (G, nh, hs); k, v: (nh, G, L, hs). One query per sequence and head, attending over
+        # L positions (its own context, padded to whole blocks: a length set by that context only).
+        # Each (head, sequence) pair is its own unit of work, reduced over L in the same order
+        # whatever G is: a row's bits do not depend on its group (tested at GPT-2 small's width).
+        k, v = cache.gather(layer, g.blocks)
+        G = q.shape[0]
+        out = F.scaled_dot_product_attention(q.transpose(0, 1)[:, :, None, :], k, v,
+                                             attn_mask=~g.masked[None, :, None, :], scale=self.scale)
+        return out[:, :, 0, :].transpose(0, 1).reshape(G, -1)  # (G, nh * hs)

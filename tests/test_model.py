@@ -45,7 +45,7 @@ def test_paged_decode_matches_dense_attention(tiny):
     from streamlab.model import AttentionGroup, DecodeBatch
     pos = len(ids) - 1
     nb = 16
-    group = AttentionGroup(torch.tensor([0]), cache.padded_slots([table], nb),
+    group = AttentionGroup(torch.tensor([0]), cache.padded_blocks([table], nb),
                            torch.arange(nb * 4)[None] >= pos + 1)
     batch = DecodeBatch(torch.tensor([ids[-1]]), torch.tensor([pos]), cache.slots_for(table, pos, pos + 1), [group])
     paged = model.decode(batch, cache)[0]
@@ -55,11 +55,11 @@ def test_paged_decode_matches_dense_attention(tiny):
 
 def test_cache_pad_block_stays_zero_and_gathers_pad(tiny):
     cache = KVCache(1, 2, 4, CacheConfig(num_blocks=3, block_size=2))
-    slots = cache.padded_slots([[1]], 2)
-    assert slots.tolist() == [[2, 3, 6, 7]]  # block 1, then the pad block (id 3)
+    blocks = cache.padded_blocks([[1]], 2)
+    assert blocks.tolist() == [[1, 3]]  # block 1, then the pad block (id 3)
     cache.store(0, torch.tensor([2, 3]), torch.ones(2, 2, 4), torch.ones(2, 2, 4))
-    k, v = cache.gather(0, slots)
-    assert k.shape == (1, 4, 2, 4) and k[0, 2:].abs().sum() == 0 and k[0, :2].sum() == 16
+    k, v = cache.gather(0, blocks)
+    assert k.shape == (2, 1, 4, 4) and k[:, 0, 2:].abs().sum() == 0 and k[:, 0, :2].sum() == 16
 
 
 def test_prefill_logits_match_transformers(tiny):
@@ -100,13 +100,13 @@ def test_paged_attention_rows_do_not_depend_on_the_group_size():
     slots = torch.arange(600 * 16)
     cache.store(0, slots, torch.randn(600 * 16, 12, 64, generator=gen), torch.randn(600 * 16, 12, 64, generator=gen))
     G, L = 32, 256
-    group_slots = torch.randperm(600 * 16, generator=gen)[:G * L].view(G, L)
+    group_blocks = torch.randperm(600, generator=gen)[:G * L // 16].view(G, L // 16)
     context = torch.randint(40, L, (G,), generator=gen)
     masked = torch.arange(L)[None, :] >= context[:, None]
     q = torch.randn(G, 12, 64, generator=gen)
 
     def attend(rows: slice) -> torch.Tensor:
-        group = AttentionGroup(torch.arange(G)[rows], group_slots[rows], masked[rows])
+        group = AttentionGroup(torch.arange(G)[rows], group_blocks[rows], masked[rows])
         return GPT2._paged_attention(fake, q[rows], cache, 0, group)
 
     full = attend(slice(0, G))

@@ -243,18 +243,17 @@ class BatchEngine:
         bs = self.config.cache.block_size
         positions = [s.num_tokens - 1 for s in seqs]  # the last token is fed now
         write_slots = [s.block_table[p // bs] * bs + p % bs for s, p in zip(seqs, positions)]
-        # Group by the power-of-two block count that covers each context: a sequence's
-        # attention length depends on its own context only (see model.py).
-        by_bucket: dict[int, list[int]] = {}
+        # Group by block count: a sequence's attention length is its own context rounded up
+        # to whole blocks, which depends on nothing else in the batch (see model.py).
+        by_blocks: dict[int, list[int]] = {}
         for row, p in enumerate(positions):
-            need = p // bs + 1
-            by_bucket.setdefault(1 << (need - 1).bit_length(), []).append(row)
+            by_blocks.setdefault(p // bs + 1, []).append(row)
         groups = []
-        for nb, rows in sorted(by_bucket.items()):
-            slots = self.cache.padded_slots([seqs[r].block_table for r in rows], nb)
+        for nb, rows in sorted(by_blocks.items()):
+            blocks = self.cache.padded_blocks([seqs[r].block_table for r in rows], nb)
             context = torch.tensor([positions[r] + 1 for r in rows])
             masked = torch.arange(nb * bs)[None, :] >= context[:, None]
-            groups.append(AttentionGroup(torch.tensor(rows), slots, masked))
+            groups.append(AttentionGroup(torch.tensor(rows), blocks, masked))
         return DecodeBatch(torch.tensor([s.last_token for s in seqs]), torch.tensor(positions),
                            torch.tensor(write_slots), groups)
 
