@@ -56,7 +56,7 @@ def run_section(section: str, reps: int, log_dir: Path, say) -> dict:
         from streamlab.bench_step import run_step_bench
         from streamlab.models import load_model
 
-        return run_step_bench(load_model("gpt2-small-random"), [1, 2, 4, 8, 16, 32], 48, steps=10, repeats=reps)
+        return run_step_bench(load_model("gpt2-small-random"), [1, 2, 4, 8, 16, 32], 48, steps=8, repeats=reps)
     if section == "bound":
         from benchmarks.overlap import in_process_bound, workload
 

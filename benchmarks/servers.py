@@ -53,7 +53,9 @@ class PeerServer:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log = open(self.log_path, "w")
         self.proc = subprocess.Popen(self.args, stdout=self._log, stderr=subprocess.STDOUT,
-                                     env={**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"})
+                                     # The same OpenMP wait policy as ours (see streamlab/__init__.py).
+                                     env={**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1",
+                                          "OMP_WAIT_POLICY": "PASSIVE"})
         deadline = time.monotonic() + START_DEADLINE_S
         try:
             while time.monotonic() < deadline:

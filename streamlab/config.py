@@ -37,9 +37,13 @@ class EngineConfig:
     # Admissions (each one prefill) per step; 0 = as many as slots and blocks allow. A cap lets
     # the running streams' decode go on between groups of prefills when many arrive at once.
     max_prefills_per_step: int = 0
+    # Prompt tokens packed into one prefill pass (at least one prompt per pass). Bigger passes
+    # use the CPU better; each pass's first tokens can go out as soon as it ends.
+    prefill_pass_tokens: int = 512
 
     def __post_init__(self) -> None:
         _require(self.max_batch >= 1, f"max_batch must be >= 1, got {self.max_batch}")
+        _require(self.prefill_pass_tokens >= 1, f"prefill_pass_tokens must be >= 1, got {self.prefill_pass_tokens}")
         _require(self.max_prefills_per_step >= 0,
                  f"max_prefills_per_step must be >= 0, got {self.max_prefills_per_step}")
 

@@ -11,7 +11,8 @@ Batch invariance is built in, so a sequence's logits are bit-identical alone or 
   only (its block count), never on its neighbours'. Sequences
   are grouped by that length and each group is one batched scaled_dot_product_attention
   whose per-(head, sequence) work does not depend on the group's size.
-- Prefill runs one prompt at a time, so it is the same computation alone or in a batch.
+- Prefill packs several prompts' rows into each matrix product (the kernels above are exact
+  at any row count and offset) and runs each prompt's attention on its own.
 """
 
 from __future__ import annotations
@@ -161,21 +162,38 @@ class GPT2:
         h = F.gelu(lin.fc(self._ln(x, lw.ln2_w, lw.ln2_b)), approximate="tanh")
         return x + lin.fc2(h)
 
-    @torch.inference_mode()
     def prefill(self, token_ids: list[int], slots: torch.Tensor, cache: KVCache) -> torch.Tensor:
         """Run one prompt, store its K/V at `slots`, return the last position's logits: (V,)."""
+        return self.prefill_many([token_ids], [slots], cache)[0]
+
+    @torch.inference_mode()
+    def prefill_many(self, prompts: list[list[int]], slots: list[torch.Tensor], cache: KVCache) -> torch.Tensor:
+        """Several prompts in one pass: their rows packed into each matrix product, attention per
+        prompt. Returns each prompt's last-position logits: (P, V).
+
+        A prompt's results have the same bits in any pass: the prepacked linear, layer norm and
+        GELU give a row the same bits at any row count and offset (probed and tested), and each
+        prompt's causal attention is its own computation."""
         s = self.shape
-        T = len(token_ids)
-        x = self.wte[torch.tensor(token_ids)] + self.wpe[:T]  # (T, C)
+        lengths = [len(p) for p in prompts]
+        ends = torch.tensor(lengths).cumsum(0)
+        N = int(ends[-1])
+        x = self.wte[torch.tensor([t for p in prompts for t in p])] + torch.cat([self.wpe[:T] for T in lengths])
+        all_slots = torch.cat(slots)
         for i, (lw, lin) in enumerate(zip(self.layers, self.linears)):
-            qkv = lin.attn(self._ln(x, lw.ln1_w, lw.ln1_b))  # (T, 3C)
-            q, k, v = (t.view(T, s.n_head, s.head_dim) for t in qkv.split(s.n_embd, dim=1))
-            cache.store(i, slots, k, v)
-            a = F.scaled_dot_product_attention(q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1),
-                                               is_causal=True)  # (nh, T, hs)
-            x = x + lin.proj(a.transpose(0, 1).reshape(T, s.n_embd))
+            qkv = lin.attn(self._ln(x, lw.ln1_w, lw.ln1_b))  # (N, 3C)
+            q, k, v = (t.view(N, s.n_head, s.head_dim) for t in qkv.split(s.n_embd, dim=1))
+            cache.store(i, all_slots, k, v)
+            attn = torch.empty(N, s.n_embd)
+            start = 0
+            for end in ends.tolist():
+                a = F.scaled_dot_product_attention(q[start:end].transpose(0, 1), k[start:end].transpose(0, 1),
+                                                   v[start:end].transpose(0, 1), is_causal=True)  # (nh, T, hs)
+                attn[start:end] = a.transpose(0, 1).reshape(end - start, s.n_embd)
+                start = end
+            x = x + lin.proj(attn)
             x = self._mlp(x, lw, lin)
-        return self.lm_head(self._ln(x[-1:], self.lnf_w, self.lnf_b))[0]
+        return self.lm_head(self._ln(x[ends - 1], self.lnf_w, self.lnf_b))
 
     @torch.inference_mode()
     def decode(self, batch: DecodeBatch, cache: KVCache) -> torch.Tensor:

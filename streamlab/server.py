@@ -8,6 +8,8 @@ after every connection has closed.
 
 from __future__ import annotations
 
+import sys
+
 import uvicorn
 from starlette.applications import Starlette
 
@@ -16,6 +18,7 @@ from streamlab.config import ServiceConfig
 
 # uvicorn's own wait for connections, past our grace period: time for the error events to go out.
 FLUSH_MARGIN_S = 5.0
+SWITCH_INTERVAL_S = 0.001
 
 
 class GracefulServer(uvicorn.Server):
@@ -32,6 +35,9 @@ class GracefulServer(uvicorn.Server):
 
 
 def serve(config: ServiceConfig, host: str, port: int, log_level: str = "info") -> None:
+    # The step thread runs Python between its tensor operations; with the default 5 ms switch
+    # interval it waited that long for the GIL whenever the event loop held it.
+    sys.setswitchinterval(SWITCH_INTERVAL_S)
     app = create_app(config)
     uv_config = uvicorn.Config(app, host=host, port=port, log_level=log_level, lifespan="on",
                                timeout_graceful_shutdown=config.graceful_timeout_s + FLUSH_MARGIN_S)

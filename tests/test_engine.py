@@ -40,7 +40,11 @@ def test_first_token_comes_from_the_prefill_in_the_admitting_step(make_engine):
 
 
 def test_on_prefill_hands_over_each_first_token_before_the_step_ends(tiny, make_engine):
-    plain, early = make_engine(), make_engine()
+    from streamlab.config import CacheConfig, EngineConfig
+    from streamlab.engine.engine import BatchEngine
+
+    plain = make_engine()
+    early = BatchEngine(tiny.model, EngineConfig(max_batch=8, cache=CacheConfig(256, 16), prefill_pass_tokens=1))
     for engine in (plain, early):
         engine.submit("a", ids(10, 1), greedy(4))
         engine.submit("b", ids(12, 2), greedy(1))  # its first token is its last
@@ -61,6 +65,29 @@ def test_on_prefill_hands_over_each_first_token_before_the_step_ends(tiny, make_
         firsts = [t.token_id for p in parts for t in p.tokens if t.request_id == rid]
         assert firsts + rest.get(rid, []) == late[rid]
     assert_clean(early)
+
+
+def test_prefill_passes_pack_prompts_up_to_the_token_limit_with_the_same_tokens(tiny, make_engine):
+    from streamlab.config import CacheConfig, EngineConfig
+    from streamlab.engine.engine import BatchEngine
+
+    lengths = [10, 12, 9, 30, 5]
+    packed = BatchEngine(tiny.model, EngineConfig(max_batch=8, cache=CacheConfig(256, 16), prefill_pass_tokens=25))
+    solo = make_engine()
+    parts = []
+    for i, n in enumerate(lengths):
+        packed.submit(str(i), ids(n, i), greedy(6))
+    packed.step(parts.append)
+    # 10+12 fit in 25, 9 does not; 30 alone (longer than a pass); then 5.
+    assert [[t.request_id for t in p.tokens] for p in parts] == [["0", "1"], ["2"], ["3"], ["4"]]
+    assert [p.prefill_tokens for p in parts] == [22, 9, 30, 5]
+    got = drain(packed).tokens
+    for i, n in enumerate(lengths):
+        solo.submit(str(i), ids(n, i), greedy(6))
+        alone = drain(solo).tokens[str(i)]
+        first = [t.token_id for p in parts for t in p.tokens if t.request_id == str(i)]
+        assert first + got[str(i)] == alone, f"prompt {i} differs from its solo run"
+    assert_clean(packed)
 
 
 def test_max_prefills_per_step_admits_that_many_and_decodes_the_rest(tiny):

@@ -113,3 +113,22 @@ def test_paged_attention_rows_do_not_depend_on_the_group_size():
     for size in (1, 2, 3, 5, 8, 13):
         for start in (0, 7, 19):
             assert torch.equal(attend(slice(start, start + size)), full[start:start + size]), (size, start)
+
+
+@pytest.mark.parametrize("name", ["tiny", "gpt2-small-random"])
+def test_a_prompt_prefilled_in_a_packed_pass_has_the_bits_of_its_solo_prefill(name, tiny):
+    from streamlab.models import load_model
+
+    model = tiny.model if name == "tiny" else load_model(name).model
+    gen = torch.Generator().manual_seed(5)
+    prompts = [torch.randint(1, 8192, (n,), generator=gen).tolist() for n in (31, 47, 5, 79, 64, 12)]
+    cfg = CacheConfig(num_blocks=64, block_size=16)
+    slots, start = [], 0
+    for p in prompts:
+        slots.append(torch.arange(start, start + len(p)))
+        start += -(-len(p) // 16) * 16
+    packed_cache, solo_cache = model.new_cache(cfg), model.new_cache(cfg)
+    packed = model.prefill_many(prompts, slots, packed_cache)
+    for i, (p, s) in enumerate(zip(prompts, slots)):
+        assert torch.equal(model.prefill(p, s, solo_cache), packed[i]), f"prompt {i}"
+    assert torch.equal(packed_cache.k, solo_cache.k) and torch.equal(packed_cache.v, solo_cache.v)

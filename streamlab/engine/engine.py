@@ -156,9 +156,9 @@ class BatchEngine:
             self.blocks.can_allocate(sched.blocks_needed(sched.waiting[0]))
 
     def step(self, on_prefill: Callable[[StepOutput], None] | None = None) -> StepOutput:
-        """One round. With on_prefill, each admitted sequence's first token (and its finish, if
-        that token ends it) is handed over as soon as its own prefill is done, as a StepOutput of
-        its own, and is not repeated in the returned one."""
+        """One round. With on_prefill, admitted sequences' first tokens (and their finishes, if
+        that token ends them) are handed over as soon as their prefill pass is done, as a
+        StepOutput per pass, and are not repeated in the returned one."""
         if not self._step_lock.acquire(blocking=False):
             raise RuntimeError("step() called while another step is running")
         try:
@@ -179,16 +179,17 @@ class BatchEngine:
             self._apply_inbox(step, finished)
             batch = self.scheduler.schedule(step)
         made: list[tuple[Sequence, int]] = []
-        for seq in batch.prefills:
-            slots = self.cache.slots_for(seq.block_table, 0, len(seq.prompt_ids))
-            logits = self.model.prefill(seq.prompt_ids, slots, self.cache)
-            token_id = sample(logits, seq.params, seq.rng)
+        for group in self._prefill_passes(batch.prefills):
+            slots = [self.cache.slots_for(seq.block_table, 0, len(seq.prompt_ids)) for seq in group]
+            logits = self.model.prefill_many([seq.prompt_ids for seq in group], slots, self.cache)
+            firsts = [(seq, sample(logits[j], seq.params, seq.rng)) for j, seq in enumerate(group)]
             if on_prefill is None:
-                made.append((seq, token_id))
+                made.extend(firsts)
                 continue
             early_finished: list[FinishEvent] = []
-            early_tokens = self._record_tokens([(seq, token_id)], step, early_finished)
-            on_prefill(StepOutput(step, early_tokens, early_finished, 1, 0, len(seq.prompt_ids)))
+            early_tokens = self._record_tokens(firsts, step, early_finished)
+            on_prefill(StepOutput(step, early_tokens, early_finished, len(group), 0,
+                                  sum(len(seq.prompt_ids) for seq in group)))
         if batch.decodes:
             logits = self.model.decode(self._decode_batch(batch.decodes), self.cache)
             made.extend((seq, sample(logits[i], seq.params, seq.rng)) for i, seq in enumerate(batch.decodes))
@@ -198,6 +199,20 @@ class BatchEngine:
         early = on_prefill is not None
         return StepOutput(step, tokens, finished, 0 if early else len(batch.prefills), len(batch.decodes),
                           0 if early else sum(len(s.prompt_ids) for s in batch.prefills))
+
+    def _prefill_passes(self, seqs: list[Sequence]) -> list[list[Sequence]]:
+        """Admitted sequences in arrival order, cut into passes of at most prefill_pass_tokens
+        prompt tokens (a longer prompt gets a pass of its own)."""
+        passes: list[list[Sequence]] = []
+        tokens = 0
+        for seq in seqs:
+            if passes and tokens + len(seq.prompt_ids) <= self.config.prefill_pass_tokens:
+                passes[-1].append(seq)
+                tokens += len(seq.prompt_ids)
+            else:
+                passes.append([seq])
+                tokens = len(seq.prompt_ids)
+        return passes
 
     def _record_tokens(self, made: list[tuple[Sequence, int]], step: int,
                        finished: list[FinishEvent]) -> list[TokenEvent]:
