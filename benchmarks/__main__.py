@@ -56,7 +56,7 @@ def run_section(section: str, reps: int, log_dir: Path, say) -> dict:
         from streamlab.bench_step import run_step_bench
         from streamlab.models import load_model
 
-        return run_step_bench(load_model("gpt2-small-random"), [1, 2, 4, 8, 16, 32], 48, steps=8, repeats=reps)
+        return run_step_bench(load_model("gpt2-small-random"), [1, 2, 4, 8, 16, 32], 48, steps=6, repeats=reps)
     if section == "bound":
         from benchmarks.overlap import in_process_bound, workload
 
@@ -66,11 +66,11 @@ def run_section(section: str, reps: int, log_dir: Path, say) -> dict:
 
         return asyncio.run(run_ours(workload(), reps, log_dir, say))
     if section == "peer":
-        from benchmarks.overlap import LEVELS, run_peer, workload
+        from benchmarks.overlap import run_peer, workload
 
         ours = read_json("overlap")
         solo_text = {int(k): v for k, v in (ours or {}).get("solo_text", {}).items()}
-        return asyncio.run(run_peer(workload(), reps, LEVELS, log_dir, solo_text, say))
+        return asyncio.run(run_peer(workload(), reps, log_dir, solo_text, say))
     if section == "joiners":
         from benchmarks import joiners
 

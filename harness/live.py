@@ -29,28 +29,37 @@ def free_port() -> int:
 
 
 class ServerProcess:
+    """`streamlab serve`; a subclass names another server's command and health route."""
+    name = "streamlab serve"
+    health_path = "/healthz"
+    start_deadline_s = START_DEADLINE_S
+
     def __init__(self, serve_args: list[str], log_dir: Path | None = None) -> None:
         self.port = free_port()
-        self.args = [sys.executable, "-m", "streamlab.cli", "serve", "--host", "127.0.0.1", "--port", str(self.port),
-                     *serve_args]
+        self.args = self.command(serve_args)
+        self.env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         self.log_path = Path(log_dir or tempfile.mkdtemp(prefix="streamlab-serve-")) / f"serve-{self.port}.log"
         self.proc: subprocess.Popen | None = None
 
+    def command(self, serve_args: list[str]) -> list[str]:
+        return [sys.executable, "-m", "streamlab.cli", "serve", "--host", "127.0.0.1", "--port", str(self.port),
+                *serve_args]
+
     async def start(self) -> "ServerProcess":
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log = open(self.log_path, "w")
-        self.proc = subprocess.Popen(self.args, stdout=self._log, stderr=subprocess.STDOUT,
-                                     env={**os.environ, "PYTHONUNBUFFERED": "1"})
-        deadline = time.monotonic() + START_DEADLINE_S
+        self.proc = subprocess.Popen(self.args, stdout=self._log, stderr=subprocess.STDOUT, env=self.env)
+        deadline = time.monotonic() + self.start_deadline_s
         try:
             while time.monotonic() < deadline:
                 if self.proc.poll() is not None:
-                    raise RuntimeError(f"streamlab serve exited with {self.proc.returncode}: {self.log_tail()}")
+                    raise RuntimeError(f"{self.name} exited with {self.proc.returncode}: {self.log_tail()}")
                 try:
-                    if (await self.get_json("/healthz", timeout_s=2))["status"] == "ok":
+                    if (await self.get_json(self.health_path, timeout_s=2))["status"] == "ok":
                         return self
                 except (OSError, asyncio.TimeoutError, ValueError):
                     await asyncio.sleep(0.1)
-            raise RuntimeError(f"streamlab serve not healthy within {START_DEADLINE_S}s: {self.log_tail()}")
+            raise RuntimeError(f"{self.name} not healthy within {self.start_deadline_s}s: {self.log_tail()}")
         except BaseException:
             self.stop()
             raise
