@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import math
 import os
 import platform
 import statistics
@@ -19,12 +18,6 @@ PLOTS = DOCS / "results"
 def spread(values: list[float]) -> dict:
     """Median, min and max over repetitions."""
     return {"median": statistics.median(values), "min": min(values), "max": max(values), "n": len(values)}
-
-
-def pct(values: list[float], p: float) -> float:
-    """Nearest-rank percentile."""
-    ordered = sorted(values)
-    return ordered[min(len(ordered), max(1, math.ceil(p / 100 * len(ordered)))) - 1]
 
 
 def machine() -> dict:

@@ -12,7 +12,7 @@ import asyncio
 import time
 from pathlib import Path
 
-from benchmarks.common import pct
+from harness.report import percentile
 from benchmarks.streams import STREAMLAB, timed_stream
 from harness.live import ServerProcess
 from harness.live_run import run_live
@@ -63,7 +63,7 @@ async def sustained_clients(log_dir: Path, say) -> dict:
             await probe
             ok = sum(not isinstance(s, BaseException) for s in streams)
             rows.append({"clients": count, "completed": ok, "wall_s": time.monotonic() - t0,
-                         "lag_p50_ms": pct(lags, 50) * 1e3, "lag_p99_ms": pct(lags, 99) * 1e3,
+                         "lag_p50_ms": percentile(lags, 50) * 1e3, "lag_p99_ms": percentile(lags, 99) * 1e3,
                          "lag_max_ms": max(lags) * 1e3})
             await server.settle()
             over = [r["lag_p99_ms"] > LAG_LIMIT_S * 1e3 or r["completed"] < r["clients"] for r in rows]

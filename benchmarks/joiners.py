@@ -12,7 +12,8 @@ import random
 import time
 from pathlib import Path
 
-from benchmarks.common import pct, spread
+from benchmarks.common import spread
+from harness.report import percentile
 from benchmarks.servers import ours
 from benchmarks.streams import STREAMLAB, timed_stream
 from streamlab.prompts import prompts_near
@@ -65,10 +66,10 @@ async def run(log_dir: Path, say, repetitions: int = 1) -> dict:
             steps = [s for s in (await server.get_json("/debug/steps"))["steps"] if began <= s["began"] <= ended]
             decode = [s["seconds"] for s in steps if s["prefilled"] == 0 and s["decoded"] >= max(1, running)]
             admit = [s["seconds"] for s in steps if s["prefilled"] == 1]
-            bound = (pct(decode, 50) if decode else 0.0) + (pct(admit, 50) if admit else 0.0)
-            out["conditions"].append({"running": running, "ttft_p50_s": pct(ttfts, 50), "ttft_p99_s": pct(ttfts, 99),
-                                      "ttft_s": spread(ttfts), "decode_step_p50_s": pct(decode, 50) if decode else None,
-                                      "admitting_step_p50_s": pct(admit, 50) if admit else None,
+            bound = (percentile(decode, 50) if decode else 0.0) + (percentile(admit, 50) if admit else 0.0)
+            out["conditions"].append({"running": running, "ttft_p50_s": percentile(ttfts, 50), "ttft_p99_s": percentile(ttfts, 99),
+                                      "ttft_s": spread(ttfts), "decode_step_p50_s": percentile(decode, 50) if decode else None,
+                                      "admitting_step_p50_s": percentile(admit, 50) if admit else None,
                                       "step_plus_prefill_s": bound, "long_streams_still_running": min(overlapped)})
     idle = out["conditions"][0]["ttft_p50_s"]
     for c in out["conditions"]:

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.common import pct, spread
+from benchmarks.common import spread
+from harness.report import percentile
 from benchmarks.servers import PeerServer, export_folder, ours
 from benchmarks.streams import STREAMLAB, Api, TimedStream, burst, peer_api
 from streamlab.bench_step import _CACHE_ARG
@@ -37,8 +38,8 @@ def summarize_burst(n: int, makespan: float, streams: list[TimedStream], solo: d
     ttfts = [s.ttft_s for s in streams]
     gaps = [g for s in streams for g in s.gaps_s]
     row = {"n": n, "makespan_s": makespan, "tokens_per_s": n * MAX_TOKENS / makespan,
-           "ttft_p50_s": pct(ttfts, 50), "ttft_p99_s": pct(ttfts, 99), "ttft_min_s": min(ttfts),
-           "gap_p50_s": pct(gaps, 50), "gap_p99_s": pct(gaps, 99)}
+           "ttft_p50_s": percentile(ttfts, 50), "ttft_p99_s": percentile(ttfts, 99), "ttft_min_s": min(ttfts),
+           "gap_p50_s": percentile(gaps, 50), "gap_p99_s": percentile(gaps, 99)}
     if solo is not None:
         ids = [s.token_ids if s.token_ids else s.text for s in streams]
         ref = [solo[s.prompt_index].token_ids if s.token_ids else solo[s.prompt_index].text for s in streams]
@@ -86,7 +87,7 @@ async def back_to_back(api: Api, port: int, prompts: list[str]) -> tuple[dict, d
         durations.append(makespan)
     return ({"total_s": sum(durations), "stream_s": spread(durations),
              "ttft_s": spread([s.ttft_s for s in solo.values()]),
-             "gap_p50_s": pct([g for s in solo.values() for g in s.gaps_s], 50),
+             "gap_p50_s": percentile([g for s in solo.values() for g in s.gaps_s], 50),
              "tokens_per_s": len(prompts) * MAX_TOKENS / sum(durations)}, solo)
 
 
@@ -97,7 +98,7 @@ def steps_in(steps: list[dict], began: float, ended: float) -> dict:
     full = [s["seconds"] for s in inside if s["prefilled"] == 0 and s["decoded"] >= 28]
     return {"steps": len(inside), "prefill_step_s": sum(s["seconds"] for s in inside if s["prefilled"]),
             "decode_steps": len(decode), "decode_s": sum(decode),
-            "decode_step_at_32_median_s": pct(full, 50) if full else None}
+            "decode_step_at_32_median_s": percentile(full, 50) if full else None}
 
 
 async def run_ours(prompts: list[str], reps: int, log_dir: Path, say) -> dict:

@@ -11,9 +11,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from benchmarks.common import pct
 from harness.live_run import run_live
-from harness.report import metric_values
+from harness.report import metric_values, percentile
 from harness.scenario import load
 
 POLICIES = ("naive", "unbounded", "pause", "drop", "pause_then_drop")
@@ -36,8 +35,8 @@ def one(policy: str, slow: int, say) -> dict:
     completion = metric_values(healthy, "completion_s")
     gaps = metric_values(healthy, "gap_s")
     return {"policy": policy, "slow": slow,
-            "healthy_completion_p50_s": pct(completion, 50), "healthy_completion_max_s": max(completion),
-            "healthy_gap_p99_s": pct(gaps, 99),
+            "healthy_completion_p50_s": percentile(completion, 50), "healthy_completion_max_s": max(completion),
+            "healthy_gap_p99_s": percentile(gaps, 99),
             "slow_released_after_s": sorted(slow_release_s),
             "slow_finish": sorted(str(s.finish) for s in slow_streams),
             "slow_peak_queued_events": slow_peaks,

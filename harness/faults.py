@@ -25,6 +25,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness.live import free_port
 from harness.scenario import (BandwidthToxic, LatencyToxic, LimitDataToxic, ResetPeerToxic, SlicerToxic,
                               SlowCloseToxic, TimeoutToxic, ToxicSpec)
 
@@ -44,12 +45,6 @@ def find_binary() -> Path | None:
     return None
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class ToxiproxyServer:
     """toxiproxy-server on a free loopback port; start() waits (bounded) for its API."""
 
@@ -59,7 +54,7 @@ class ToxiproxyServer:
             raise ToxiproxyUnavailable("toxiproxy-server not found: run `scripts/dev setup` (installs it with "
                                        "`go install github.com/Shopify/toxiproxy/v2/cmd/server@v2.12.0`)")
         self.binary = found
-        self.port = _free_port()
+        self.port = free_port()
         self.proc: subprocess.Popen | None = None
         self.log_path = Path(tempfile.mkdtemp(prefix="toxiproxy-")) / "toxiproxy.log"
 

@@ -3,7 +3,8 @@
 
 import json
 
-from benchmarks.common import pct, spread
+from benchmarks.common import spread
+from harness.report import percentile
 from benchmarks.overlap import by_level, summarize_burst
 from benchmarks.streams import STREAMLAB, TimedStream, peer_api
 
@@ -46,4 +47,4 @@ def test_burst_summary_and_levels_use_medians_and_count_identity():
     assert row["identical"] == 1 and row["tokens_per_s"] == 128 and abs(row["ttft_p50_s"] - 0.1) < 1e-9
     levels = by_level([row, {**row, "makespan_s": 3.0}, {**row, "makespan_s": 2.0}])
     assert levels[0]["makespan_s"] == spread([1.0, 3.0, 2.0]) and levels[0]["streams"] == 6
-    assert pct([1, 2, 3, 4], 50) == 2 and pct([1, 2, 3, 4], 99) == 4
+    assert percentile([1, 2, 3, 4], 50) == 2 and percentile([1, 2, 3, 4], 99) == 4
