@@ -15,8 +15,7 @@ from pathlib import Path
 from harness.report import percentile
 from benchmarks.streams import STREAMLAB, timed_stream
 from harness.live import ServerProcess
-from harness.live_run import run_live
-from harness.runner import simulate
+from harness.runner import run_live, simulate
 from harness.scenario import load
 
 LAG_LIMIT_S = 0.010

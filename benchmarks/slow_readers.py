@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from harness.live_run import run_live
+from harness.runner import run_live
 from harness.report import metric_values, percentile
 from harness.scenario import load
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from harness.report import Trace, metric_values, outcomes, percentile
-from harness.scenario import BadRequest, Scenario
+from harness.scenario import PARITY_COMPLETION, PARITY_TTFT, BadRequest, Scenario
 
 
 @dataclass
@@ -171,7 +171,9 @@ def waste(scenario: Scenario, trace: Trace) -> CheckResult:
 def run_checks(scenario: Scenario, trace: Trace, solo: dict[int, list[int]],
                baselines: dict[str, Trace] | None = None) -> list[CheckResult]:
     e = scenario.expect
-    results = [finish_reasons(scenario, trace)]
+    results = [finish_reasons(scenario, trace), healthy(trace)]
+    if trace.mode == "sim":
+        results.append(profile_drift(trace))
     if e.leak_free:
         results.append(leak_free(trace))
     if e.exactly_once:
@@ -193,19 +195,45 @@ def run_checks(scenario: Scenario, trace: Trace, solo: dict[int, list[int]],
     return results
 
 
-def parity(live: Trace, sim: Trace) -> CheckResult:
-    """Live and simulation must agree on outcomes; their timing ratio is shown, not judged."""
+def healthy(trace: Trace) -> CheckResult:
+    """Always on: the server's step loop never broke (its traceback is on the trace if it did)."""
+    last = (trace.failure or "").strip().splitlines()[-1:] or ["none"]
+    return CheckResult("healthy", trace.failure is None, f"step loop failure: {last[0]}",
+                       "the step loop never fails", [trace.failure] if trace.failure else [])
+
+
+def profile_drift(trace: Trace) -> CheckResult:
+    """Always on in simulation: the real steps it ran took about what the profile says the engine takes."""
+    from harness.simulation import Drift
+
+    timing = trace.step_timing
+    ratio = timing.get("real_over_profile_p50")
+    if ratio is None:
+        return CheckResult("profile_drift", True, f"{timing.get('steps_timed', 0)} steps timed: too few to judge",
+                           f"real/profile step time p50 <= {Drift.FAIL:g}x")
+    note = f" (warning: over {Drift.WARN:g}x; recalibrate with `streamlab scenario calibrate`)" \
+        if ratio > Drift.WARN else ""
+    return CheckResult("profile_drift", ratio <= Drift.FAIL,
+                       f"real/profile step time p50 {ratio:.2f}x over {timing['steps_timed']} steps{note}",
+                       f"<= {Drift.FAIL:g}x (profile measured on {timing.get('profile_machine') or 'unknown'})")
+
+
+def parity(scenario: Scenario, live: Trace, sim: Trace) -> CheckResult:
+    """Live and simulation agree on outcomes, token ids and releases exactly, and on each group's
+    TTFT and completion p50 within a ratio (the scenario may widen it for some groups, with a reason)."""
     problems, ratios = [], []
+    wider = scenario.expect.parity
     for name in dict.fromkeys(s.group for s in sim.streams):
         got_live, got_sim = outcomes(live.group(name)), outcomes(sim.group(name))
         if got_live != got_sim:
             problems.append(f"{name}: live {got_live}, sim {got_sim}")
-        for metric in ("completion_s", "ttft_s"):
-            lv = percentile(metric_values(live.group(name), metric), 50)
-            sv = percentile(metric_values(sim.group(name), metric), 50)
-            if lv and sv:
-                ratios.append(f"{name} {metric} p50 live/sim {lv / sv:.1f}x")
-                break
+        for metric, lo, hi in timing_tolerance(scenario, name):
+            r = timing_ratio(live, sim, name, metric)
+            if r is None:
+                continue
+            ratios.append(f"{name} {metric} {r:.2f}x")
+            if not lo <= r <= hi:
+                problems.append(f"{name} {metric} p50 live/sim {r:.2f}x outside [{lo:g}, {hi:g}]")
     for a, b in zip(live.streams, sim.streams):
         n = min(len(a.token_ids), len(b.token_ids))
         if a.token_ids[:n] != b.token_ids[:n]:
@@ -214,5 +242,25 @@ def parity(live: Trace, sim: Trace) -> CheckResult:
         problems.append(f"releases: live {len(live.releases)}, sim {len(sim.releases)}")
     if leak_free(live).passed != leak_free(sim).passed:
         problems.append("one mode leaked and the other did not")
-    return CheckResult("parity", not problems, "; ".join(ratios) or "no timings",
-                       "same outcomes per group, token ids, releases and leaks as the simulation", problems)
+    bound = (f"same outcomes, token ids, releases and leaks; p50 live/sim completion in "
+             f"[{PARITY_COMPLETION[0]:g}, {PARITY_COMPLETION[1]:g}], TTFT in [{PARITY_TTFT[0]:g}, {PARITY_TTFT[1]:g}]")
+    if wider:
+        bound += f"; wider for {', '.join(wider.groups) or 'every group'}: {wider.reason}"
+    return CheckResult("parity", not problems, "; ".join(ratios) or "no timings", bound, problems)
+
+
+PARITY_METRICS = ("ttft_s", "completion_s")
+
+
+def timing_tolerance(scenario: Scenario, group: str) -> list[tuple[str, float, float]]:
+    wider = scenario.expect.parity
+    use = wider if wider and (not wider.groups or group in wider.groups) else None
+    ttft = use.ttft if use else PARITY_TTFT
+    completion = use.completion if use else PARITY_COMPLETION
+    return [("ttft_s", *ttft), ("completion_s", *completion)]
+
+
+def timing_ratio(live: Trace, sim: Trace, group: str, metric: str) -> float | None:
+    lv = percentile(metric_values(live.group(group), metric), 50)
+    sv = percentile(metric_values(sim.group(group), metric), 50)
+    return lv / sv if lv and sv else None

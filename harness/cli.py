@@ -12,14 +12,14 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from harness.collect import SCENARIOS_DIR, load_by_name
-from harness.scenario import ScenarioError, json_schema, load
+from harness.scenario import SCENARIOS_DIR, ScenarioError, json_schema, load
 
 SCHEMA_PATH = SCENARIOS_DIR / "schema.json"
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
-    scenario = sub.add_parser("scenario", help="scenario files: run, run the suite, schema, calibrate")
+def build_parser() -> argparse.ArgumentParser:
+    scenario = argparse.ArgumentParser(prog="streamlab scenario",
+                                       description="scenario files: run, run the suite, schema, baseline, calibrate")
     scen_sub = scenario.add_subparsers(dest="scenario_command", required=True)
     run = scen_sub.add_parser("run", help="run one scenario file and print a table per group")
     run.add_argument("file", type=Path)
@@ -31,11 +31,15 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                        help="write each run's latency figures to scenarios/baselines.json (the CI gate)")
     scen_sub.add_parser("schema", help=f"write the JSON Schema of the format to {SCHEMA_PATH}")
     scen_sub.add_parser("baseline", help="refresh scenarios/baselines.json from the passing runs in results/scenarios")
-    cal = scen_sub.add_parser("calibrate", help="measure the step-cost profile the simulation uses")
+    cal = scen_sub.add_parser("calibrate", help="measure the cost model the simulation uses: the engine in-process, "
+                                                "then serving costs from live runs")
     cal.add_argument("--model", default="tiny")
+    cal.add_argument("--engine-only", action="store_true", help="refit the engine terms only; keep the serving terms")
+    return scenario
 
 
-def main(args: argparse.Namespace) -> int:
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     console = Console(width=None if sys.stdout.isatty() else 160)
     if args.scenario_command == "schema":
         SCHEMA_PATH.write_text(json.dumps(json_schema(), indent=2) + "\n")
@@ -52,33 +56,38 @@ def main(args: argparse.Namespace) -> int:
         console.print(f"wrote {BASELINES}: {sum(len(m) for m in fresh.values())} scenario runs from {RESULTS}")
         return 0
     if args.scenario_command == "calibrate":
-        from harness.profile import calibrate
-        profile = calibrate(args.model)
+        from harness.calibrate import calibrate
+        profile = calibrate(args.model, engine_only=args.engine_only, console=console)
         console.print(profile)
         console.print(f"wrote {profile.save()}")
         return 0
+    from harness.runner import RunContext
+    ctx = RunContext()
     if args.scenario_command == "run":
         try:
             scenario = load(args.file)
         except ScenarioError as exc:
             console.print(f"[red]{exc}[/]")
             return 2
-        outcome = _run(console, scenario, args.mode)
+        outcome = _run(console, scenario, args.mode, ctx)
         _print_outcome(console, outcome)
         return 0 if outcome.ok else 1
-    return _suite(console, args.mode, args.pattern, args.update_baseline)
+    return _suite(console, ctx, args.mode, args.pattern, args.update_baseline)
 
 
-def _run(console: Console, scenario, mode: str):
+def _run(console: Console, scenario, mode: str, ctx):
     from harness.runner import run_scenario
 
+    if not console.is_terminal:  # a CI log: no progress display, one line per finished item
+        outcome = run_scenario(scenario, mode, ctx)
+        console.print(f"{scenario.name} [{mode}]: {'passed' if outcome.ok else 'FAILED'} in "
+                      f"{outcome.trace.wall_s:.1f}s", markup=False, highlight=False)
+        return outcome
     with Progress(TextColumn(f"{scenario.name} [{mode}]"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=console, transient=True) as bar:
         task = bar.add_task("clients", total=sum(g.count for g in scenario.groups))
-        return run_scenario(scenario, mode, load_by_name,
+        return run_scenario(scenario, mode, ctx,
                             progress=lambda done, total: bar.update(task, completed=done, total=total))
-
-
 def _print_outcome(console: Console, outcome) -> None:
     from harness.report import group_table
 
@@ -88,11 +97,15 @@ def _print_outcome(console: Console, outcome) -> None:
         console.print(f"  [{colour}]{'ok' if check.ok else 'FAILED'}[/] {check.line()}")
 
 
-def _suite(console: Console, mode: str, pattern: str, update_baseline: bool = False) -> int:
+def _suite(console: Console, ctx, mode: str, pattern: str, update_baseline: bool = False) -> int:
     from harness.baseline import figures, load_baselines, save_baselines
     from harness.live_run import live_unavailable
+    from harness.report import parity_rows, parity_summary, parity_table
 
     baselines = load_baselines()
+    if update_baseline:
+        ctx.baselines = {}  # the figures being refreshed are not a gate for themselves
+    parity_data = []
     modes = ["sim", "live"] if mode == "both" else [mode]
     files = sorted(p for p in SCENARIOS_DIR.glob("*.yaml") if pattern in p.stem)
     table = Table(title=f"streamlab scenario suite: {len(files)} scenarios, modes {', '.join(modes)}")
@@ -115,7 +128,9 @@ def _suite(console: Console, mode: str, pattern: str, update_baseline: bool = Fa
                 table.add_row(scenario.name, m, "[yellow]skipped[/]", "", "", reason)
                 skipped += 1
                 continue
-            outcome = _run(console, scenario, m)
+            outcome = _run(console, scenario, m, ctx)
+            if m == "live" and (scenario.name, "sim") in ctx.traces:
+                parity_data += parity_rows(scenario, outcome.trace, ctx.traces[(scenario.name, "sim")])
             controls = [c.name for c in outcome.checks if c.expected_to_fail]
             checks = f"{sum(c.ok for c in outcome.checks)}/{len(outcome.checks)}"
             checks += f" (control: {', '.join(controls)} failed as designed)" if controls and outcome.ok else ""
@@ -125,10 +140,15 @@ def _suite(console: Console, mode: str, pattern: str, update_baseline: bool = Fa
             passed += outcome.ok
             if update_baseline and outcome.ok:
                 baselines.setdefault(scenario.name, {})[m] = figures(outcome.trace)
+    from harness.runner import RESULTS
     if update_baseline:
         save_baselines(baselines)
         console.print("wrote scenarios/baselines.json")
     console.print(table)
+    if parity_data:
+        console.print(parity_table(parity_data))
+        console.print(parity_summary(parity_data), highlight=False)
+        (RESULTS / "parity.json").write_text(json.dumps(parity_data, indent=1) + "\n")
     console.print(f"{passed} passed, {failed} failed, {skipped} skipped in {time.perf_counter() - t0:.0f}s; "
-                  f"results and timelines in results/scenarios/")
+                  f"results and timelines in results/scenarios/", highlight=False)
     return 1 if failed else 0

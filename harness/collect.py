@@ -1,23 +1,25 @@
 """pytest plugin: every scenarios/*.yaml becomes items scenario[<name>-sim] and scenario[<name>-live].
 
 `pytest -k scenario`, `pytest -k "scenario and sim"` and `pytest -k slow_reader` select them.
-A file with a mistake is a collection error naming the file, line and field.
+A file with a mistake is a collection error naming the file, line and field. The session owns
+the RunContext every item runs with (config.stash): no verdict depends on module state.
+Under pytest-xdist (`-n 2`) simulated items run in parallel; live items take a machine-wide
+lock, so they run one at a time, each with its own server port and Toxiproxy.
 """
 
 from __future__ import annotations
 
+import fcntl
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
-from harness.scenario import Scenario, ScenarioError, load
+from harness.scenario import SCENARIOS_DIR, Scenario, ScenarioError, load, load_by_name  # noqa: F401
 
 MODES = ("sim", "live")
-SCENARIOS_DIR = Path(__file__).resolve().parent.parent / "scenarios"
-
-
-def load_by_name(name: str) -> Scenario:
-    return load(SCENARIOS_DIR / f"{name}.yaml")
+LIVE_LOCK = Path("results") / ".live.lock"
+CONTEXT = pytest.StashKey["RunContext"]()
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -26,9 +28,25 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "scenario: a YAML scenario")
 
 
-def pytest_sessionfinish(session: pytest.Session) -> None:
-    from harness.live_run import stop_shared
-    stop_shared()
+def run_context(config: pytest.Config):
+    """The session's RunContext, made on first use."""
+    from harness.runner import RunContext
+
+    if CONTEXT not in config.stash:
+        config.stash[CONTEXT] = RunContext()
+    return config.stash[CONTEXT]
+
+
+@contextmanager
+def one_live_run_at_a_time():
+    """Live timings mean nothing with two live runs sharing 2 cores: xdist workers queue here."""
+    LIVE_LOCK.parent.mkdir(parents=True, exist_ok=True)
+    with open(LIVE_LOCK, "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def pytest_collect_file(file_path: Path, parent: pytest.Collector):
@@ -71,7 +89,10 @@ class ScenarioItem(pytest.Item):
             reason = live_unavailable(self.scenario)
             if reason:
                 pytest.skip(reason)
-        outcome = run_scenario(self.scenario, self.mode, load_by_name)
+            with one_live_run_at_a_time():
+                outcome = run_scenario(self.scenario, self.mode, run_context(self.config))
+        else:
+            outcome = run_scenario(self.scenario, self.mode, run_context(self.config))
         self.user_properties.append(("checks", [c.line() for c in outcome.checks]))
         if not outcome.ok:
             raise ScenarioFailure("\n".join(outcome.failures()))

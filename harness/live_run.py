@@ -1,5 +1,6 @@
-"""Live mode: `streamlab serve` in its own process, real sockets, and a real Toxiproxy for
-groups with network conditions (one proxy per group, toxics set before any client connects).
+"""Live mode (harness.backend.Backend): `streamlab serve` in its own process on a free loopback
+port, real sockets, and a real toxiproxy-server of the run's own for groups with network
+conditions (one proxy per group, toxics set before any client connects).
 
 Times: the harness clock is the event loop's (CLOCK_MONOTONIC), as is the server's hub clock,
 so client closes and server releases are on one time line; both are shifted to start at 0.
@@ -8,18 +9,16 @@ so client closes and server releases are on one time line; both are shifted to s
 from __future__ import annotations
 
 import asyncio
-import atexit
-import time
+from contextlib import asynccontextmanager
 
-from harness.clients import StreamRecord, launch
-from harness.faults import Faults, ProxyHandle, ToxiproxyServer, ToxiproxyUnavailable, find_binary
+from harness.backend import ServerBooks
+from harness.faults import Faults, ProxyHandle, ToxiproxyServer, find_binary
 from harness.live import ServerProcess
+from harness.plan import PlannedClient
 from harness.rawhttp import RawExchange
-from harness.report import Trace
 from harness.scenario import Scenario, Sleeper
 
 RUN_DEADLINE_S = 600.0
-_shared: dict[str, object] = {}
 
 
 def needs_proxy(scenario: Scenario) -> bool:
@@ -32,33 +31,6 @@ def live_unavailable(scenario: Scenario | None = None) -> str | None:
     return None
 
 
-def shared_faults() -> Faults:
-    """One toxiproxy-server per process (a test session), stopped at exit."""
-    if "faults" not in _shared:
-        server = ToxiproxyServer().start()
-        atexit.register(server.stop)
-        _shared["server"], _shared["faults"] = server, Faults(server)
-    return _shared["faults"]  # type: ignore[return-value]
-
-
-def stop_shared() -> None:
-    faults, server = _shared.pop("faults", None), _shared.pop("server", None)
-    if faults is not None:
-        faults.close()
-    if server is not None:
-        server.stop()
-
-
-def run_live(scenario: Scenario, progress=None):
-    from harness.runner import model, plan
-
-    planned = plan(scenario, model(scenario.server.model).tokenizer)
-    t0 = time.perf_counter()
-    trace = asyncio.run(asyncio.wait_for(_live(scenario, planned, progress), RUN_DEADLINE_S))
-    trace.wall_s = time.perf_counter() - t0
-    return trace, planned
-
-
 async def _toggle(faults: Faults, handle: ProxyHandle, at_s: float, for_s: float) -> None:
     await asyncio.sleep(at_s)
     await asyncio.to_thread(faults.set_enabled, handle, False)
@@ -66,61 +38,90 @@ async def _toggle(faults: Faults, handle: ProxyHandle, at_s: float, for_s: float
     await asyncio.to_thread(faults.set_enabled, handle, True)
 
 
-async def _live(scenario: Scenario, planned, progress) -> Trace:
-    loop = asyncio.get_running_loop()
-    base = loop.time()
+class LiveServer:
+    """One scenario's server process and proxies (harness.backend.Server)."""
 
-    def clock() -> float:
-        return loop.time() - base
+    def __init__(self, process: ServerProcess, proxies: dict[str, ProxyHandle]) -> None:
+        self.process, self.proxies = process, proxies
+        self.loop = asyncio.get_running_loop()
+        self.base = self.loop.time()
+        self.books: ServerBooks | None = None  # what collect() saw; the shutdown adds its own findings
 
-    records = [StreamRecord(pc.group.name, pc.index, pc.group.behaviour.kind, pc.prompt, pc.request) for pc in planned]
-    server = ServerProcess(scenario.server.serve_args() + ["--log-level", "warning"])
-    await server.start()
-    faults: Faults | None = None
-    try:
-        proxies: dict[str, ProxyHandle] = {}
-        toggles = []
-        if needs_proxy(scenario):
-            faults = shared_faults()
-            await asyncio.to_thread(faults.reset)
-            for g in scenario.groups:
-                if g.network and not g.network.direct:
-                    proxies[g.name] = await asyncio.to_thread(faults.create_proxy, f"{scenario.name}__{g.name}",
-                                                              server.port, g.network.toxics)
-        base = loop.time()  # the run starts now
-        for g in scenario.groups:
-            for down in (g.network.down if g.network and g.name in proxies else []):
-                toggles.append(loop.create_task(_toggle(faults, proxies[g.name], down.at_s, down.for_s)))
-        def opener_for(pc):
-            port = proxies[pc.group.name].listen_port if pc.group.name in proxies else server.port
-            behaviour = pc.group.behaviour
-            rcvbuf = behaviour.recv_buffer_bytes if isinstance(behaviour, Sleeper) else None
+    def clock(self) -> float:
+        return self.loop.time() - self.base
 
-            async def opener(path: str, body, headers):
-                return await RawExchange.open("127.0.0.1", port, "POST", path, body, headers=headers, rcvbuf=rcvbuf)
-            return opener
+    def opener_for(self, pc: PlannedClient):
+        port = self.proxies[pc.group.name].listen_port if pc.group.name in self.proxies else self.process.port
+        behaviour = pc.group.behaviour
+        rcvbuf = behaviour.recv_buffer_bytes if isinstance(behaviour, Sleeper) else None
 
-        await launch(planned, records, scenario, clock, opener_for, progress)
-        end = clock()
-        for t in toggles:
-            await t
-        stats = await server.settle(scenario.drain_s)
-        releases = (await server.get_json("/debug/releases"))
+        async def opener(path: str, body, headers):
+            return await RawExchange.open("127.0.0.1", port, "POST", path, body, headers=headers, rcvbuf=rcvbuf)
+        return opener
+
+    async def settle(self, drain_s: float) -> None:
+        await self.process.settle(drain_s)
+
+    async def collect(self) -> ServerBooks:
+        stats = await self.process.get_json("/stats")
+        releases = await self.process.get_json("/debug/releases")
         stats["closed_streams"] = releases.get("closed_streams", [])  # peak queue per stream
-        invariants = (await server.get_json("/debug/invariants"))["violations"]
-    finally:
-        code = server.stop()
-        if faults is not None:
-            try:
-                await asyncio.to_thread(faults.reset)  # no traffic now
-            except ToxiproxyUnavailable:
-                pass
-    for r in releases["releases"]:
-        r["released_at"] -= base
-        if r["closed_at"] is not None:
-            r["closed_at"] -= base
-    notes = [] if code in (0, -15) else [f"streamlab serve exited with {code}: {server.log_tail()}"]
-    if "NOT CLEAN" in server.log_tail(50):
-        invariants = invariants + ["server reported an unclean engine at shutdown"]
-    return Trace(scenario.name, "live", scenario.seed, scenario.model_dump(mode="json"), records, stats,
-                 releases["releases"], invariants, releases["ledger_problems_when_idle"], duration_s=end, notes=notes)
+        invariants = (await self.process.get_json("/debug/invariants"))["violations"]
+        steps = (await self.process.get_json("/debug/steps"))["steps"]
+        for r in releases["releases"]:
+            r["released_at"] -= self.base
+            if r["closed_at"] is not None:
+                r["closed_at"] -= self.base
+        for s in steps:
+            s["began"] -= self.base
+        self.books = ServerBooks(stats, releases["releases"], invariants, releases["ledger_problems_when_idle"],
+                                 steps, stats.get("failure"))
+        return self.books
+
+
+class LiveBackend:
+    """Real processes and sockets; each run starts (and stops) its own server and Toxiproxy."""
+    mode = "live"
+
+    def run(self, main):
+        return asyncio.run(asyncio.wait_for(main, RUN_DEADLINE_S))
+
+    @asynccontextmanager
+    async def serving(self, scenario: Scenario):
+        loop = asyncio.get_running_loop()
+        process = ServerProcess(scenario.server.serve_args() + ["--log-level", "warning"])
+        await process.start()
+        toxiproxy: ToxiproxyServer | None = None
+        faults: Faults | None = None
+        toggles: list[asyncio.Task] = []
+        server: LiveServer | None = None
+        try:
+            proxies: dict[str, ProxyHandle] = {}
+            if needs_proxy(scenario):
+                toxiproxy = await asyncio.to_thread(ToxiproxyServer().start)
+                faults = Faults(toxiproxy)
+                for g in scenario.groups:
+                    if g.network and not g.network.direct:
+                        proxies[g.name] = await asyncio.to_thread(faults.create_proxy, f"{scenario.name}__{g.name}",
+                                                                  process.port, g.network.toxics)
+            server = LiveServer(process, proxies)  # the run's clock starts now
+            for g in scenario.groups:
+                for down in (g.network.down if g.network and g.name in proxies else []):
+                    toggles.append(loop.create_task(_toggle(faults, proxies[g.name], down.at_s, down.for_s)))
+            yield server
+            for t in toggles:
+                await t
+        finally:
+            for t in toggles:
+                t.cancel()
+            code = process.stop()
+            if faults is not None:
+                faults.close()
+            if toxiproxy is not None:
+                toxiproxy.stop()
+            books = server.books if server is not None else None
+            if books is not None:
+                if code not in (None, 0, -15):
+                    books.notes.append(f"streamlab serve exited with {code}: {process.log_tail()}")
+                if "NOT CLEAN" in process.log_tail(50):
+                    books.invariants.append("server reported an unclean engine at shutdown")

@@ -1,8 +1,11 @@
-"""The step-cost model the simulation advances time by, and the calibration that measures it.
+"""The cost model the simulation advances time by, and the calibration that measures it.
 
-A step costs: fixed + per_seq x (sequences decoded) + prefill_fixed x (prompts prefilled)
-+ prefill_per_token x (prompt tokens). `streamlab scenario calibrate` measures the live
-engine on this machine and stores a profile per model under scenarios/profiles/.
+Engine terms (fitted on the engine alone, in-process): a step costs fixed + per_seq x
+(sequences decoded) + prefill_fixed x (prompts prefilled) + prefill_per_token x (prompt
+tokens). Serving terms (fitted from live runs of `streamlab serve` by `streamlab scenario
+calibrate`, see harness/calibrate.py): the server's one core also spends per_step, per_event
+and per_request seconds where those occur, and a lone request waits request_latency more.
+Each term's meaning is written into the profile file beside its value.
 """
 
 from __future__ import annotations
@@ -10,7 +13,7 @@ from __future__ import annotations
 import json
 import statistics
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 from streamlab.engine.engine import StepOutput
@@ -18,18 +21,45 @@ from streamlab.engine.engine import StepOutput
 PROFILES = Path(__file__).resolve().parent.parent / "scenarios" / "profiles"
 DEFAULT_SEND_BUFFER_BYTES = 262_144  # bytes a non-reading client absorbs before writes block (`lab buffers`)
 
+TERMS = {
+    "decode_s": "engine alone: [batch, seconds] of a decode step at measured batch sizes; a step of another "
+                "size is interpolated linearly (extrapolated past the last). A line through them overstated "
+                "batch 1 by 40%",
+    "prefill_fixed_s": "engine alone: seconds per prompt prefilled",
+    "prefill_per_token_s": "engine alone: seconds per prompt token prefilled",
+    "idle_step_s": "a step that only applied wishes",
+    "per_step_s": "serving, live: seconds per decode step beyond the engine alone (hand-over, wake-ups); the "
+                  "intercept of (live step period - engine cost) against the events a step makes",
+    "per_event_s": "serving, live: seconds per event delivered (SSE encoding, the write, and the client reading "
+                   "it on the other core while the step waits for the GIL), charged to the step that made it; "
+                   "the slope of the same line",
+    "per_request_s": "serving, live: the server's core time per request (HTTP, JSON, tokenizing, the head), "
+                     "queued on one core so a burst is handled one request after another; the median spacing "
+                     "of the response heads in a burst. Every scenario request has its own connection, so a "
+                     "per-connection cost cannot be told apart and is part of it",
+    "request_latency_s": "serving, live: what a lone request waits beyond that core time (connect, wake-ups "
+                         "of the step thread and the event loop, the client's read): the median of a lone "
+                         "request's live TTFT minus its simulated TTFT without this term",
+    "send_buffer_bytes": "bytes a client with the default receive buffer absorbs before the server's writes block",
+    "server_side_buffer_bytes": "the server's share of that (`streamlab lab buffers`)",
+}
+
 
 @dataclass(frozen=True)
 class StepCostProfile:
     model: str
-    fixed_s: float
-    per_seq_s: float
+    decode_s: list  # [[batch, seconds], ...] in increasing batch
     prefill_fixed_s: float
     prefill_per_token_s: float
+    idle_step_s: float = 0.0001
+    per_step_s: float = 0.0
+    per_event_s: float = 0.0
+    per_request_s: float = 0.0
+    request_latency_s: float = 0.0
     send_buffer_bytes: int = DEFAULT_SEND_BUFFER_BYTES  # to a client with the default receive buffer
     server_side_buffer_bytes: int = DEFAULT_SEND_BUFFER_BYTES // 2  # the server's share (`lab buffers`)
-    idle_step_s: float = 0.0001  # a step that only applied wishes
     machine: str = ""
+    calibration: dict = field(default_factory=dict)  # how the serving terms were measured, with residuals
 
     def buffer_bytes(self, client_rcvbuf: int | None) -> int:
         """Unread bytes a connection holds before the server's writes block."""
@@ -37,17 +67,32 @@ class StepCostProfile:
             return self.send_buffer_bytes
         return self.server_side_buffer_bytes + 2 * client_rcvbuf  # the kernel doubles SO_RCVBUF
 
-    def step_cost(self, out: StepOutput) -> float:
+    def engine_cost(self, out: StepOutput) -> float:
+        """The engine alone, in-process: what a real step in the simulation should take."""
         cost = self.idle_step_s
         if out.decoded:
-            cost += self.fixed_s + self.per_seq_s * out.decoded
-        cost += self.prefill_fixed_s * out.prefilled + self.prefill_per_token_s * out.prefill_tokens
-        return cost
+            cost += self.decode_cost(out.decoded)
+        return cost + self.prefill_fixed_s * out.prefilled + self.prefill_per_token_s * out.prefill_tokens
+
+    def decode_cost(self, batch: int) -> float:
+        points = self.decode_s
+        for (b0, s0), (b1, s1) in zip(points, points[1:]):
+            if batch <= b1 or (b1, s1) == tuple(points[-1]):
+                return max(0.0, s0 + (s1 - s0) * (batch - b0) / (b1 - b0))
+        return points[0][1]
+
+    def served_cost(self, out: StepOutput) -> float:
+        """The same work in the live server: the engine, plus delivering its events."""
+        return self.engine_cost(out) + self.per_event_s * (len(out.tokens) + len(out.finished))
+
+    step_cost = served_cost
 
     def save(self, path: Path | None = None) -> Path:
         path = path or PROFILES / f"{self.model}.json"
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(asdict(self), indent=2) + "\n")
+        data = asdict(self)
+        data["terms"] = {k: TERMS[k] for k in TERMS}
+        path.write_text(json.dumps(data, indent=2) + "\n")
         return path
 
 
@@ -56,7 +101,9 @@ def load_profile(model: str) -> StepCostProfile:
     if not path.exists():
         raise FileNotFoundError(f"no step-cost profile for model {model!r} ({path}); "
                                 f"make one with `streamlab scenario calibrate --model {model}`")
-    return StepCostProfile(**json.loads(path.read_text()))
+    data = json.loads(path.read_text())
+    known = {f.name for f in fields(StepCostProfile)}
+    return StepCostProfile(**{k: v for k, v in data.items() if k in known})
 
 
 def _fit(xs: list[float], ys: list[float]) -> tuple[float, float]:
@@ -66,8 +113,9 @@ def _fit(xs: list[float], ys: list[float]) -> tuple[float, float]:
     return max(my - b * mx, 0.0), max(b, 0.0)
 
 
-def calibrate(model_name: str, repeats: int = 3) -> StepCostProfile:
-    from streamlab.bench_step import fixed_length_prompts, machine, paged_step_ms
+def calibrate_engine(model_name: str, repeats: int = 3) -> StepCostProfile:
+    """The engine terms, measured in-process on this machine."""
+    from streamlab.bench_step import fixed_length_prompts, paged_step_ms
     from streamlab.config import CacheConfig, EngineConfig
     from streamlab.engine.engine import BatchEngine
     from streamlab.models import load_model
@@ -78,7 +126,6 @@ def calibrate(model_name: str, repeats: int = 3) -> StepCostProfile:
     prompts = fixed_length_prompts(loaded, max(batches), 32)
     decode = [statistics.median(statistics.median(paged_step_ms(loaded, prompts[:b], 10, 2)) for _ in range(repeats))
               for b in batches]
-    fixed, per_seq = _fit(batches, [d / 1e3 for d in decode])
     lengths = [8, 32, 64, 128]
     long_prompts = [t for p in fixed_length_prompts(loaded, 8, 32) for t in p]  # 256 tokens of real text
     prefill = []
@@ -92,6 +139,11 @@ def calibrate(model_name: str, repeats: int = 3) -> StepCostProfile:
             times.append(time.perf_counter() - t0)
         prefill.append(statistics.median(times))
     prefill_fixed, per_token = _fit(lengths, prefill)
+    return StepCostProfile(model_name, [[b, round(d / 1e3, 7)] for b, d in zip(batches, decode)], prefill_fixed,
+                           per_token, machine=machine_name())
+
+
+def machine_name() -> str:
+    from streamlab.bench_step import machine
     m = machine()
-    return StepCostProfile(model_name, fixed, per_seq, prefill_fixed, per_token,
-                           machine=f"{m['processor']}, {m['cpus']} CPUs, torch {m['torch']}")
+    return f"{m['processor']}, {m['cpus']} CPUs, torch {m['torch']}"

@@ -26,10 +26,15 @@ class Trace:
     wall_s: float = 0.0
     duration_s: float = 0.0  # on the harness clock (virtual in simulation)
     notes: list[str] = field(default_factory=list)
+    failure: str | None = None  # the server's step loop broke: its traceback
+    steps: list[dict] = field(default_factory=list)  # the step loop's log (began, seconds, prefilled, decoded)
+    step_timing: dict = field(default_factory=dict)  # simulation: real step times against the profile
 
     def to_json(self) -> str:
         data = asdict(self)
-        data.pop("wall_s")  # the only field that is not a function of the scenario and seed
+        # The only fields that are not a function of the scenario and seed in simulation.
+        data.pop("wall_s")
+        data.pop("step_timing")
         return json.dumps(data, indent=1, sort_keys=True, default=str)
 
     def group(self, name: str) -> list[StreamRecord]:
@@ -94,6 +99,7 @@ def write_result(trace: Trace, checks: list, out_dir: Path) -> Path:
     path = out_dir / f"{trace.scenario}-{trace.mode}.json"
     data = json.loads(trace.to_json())
     data["wall_s"] = trace.wall_s
+    data["step_timing"] = trace.step_timing
     data["checks"] = [asdict(c) for c in checks]
     path.write_text(json.dumps(data, indent=1) + "\n")
     return path
@@ -136,3 +142,43 @@ def timeline_png(trace: Trace, out_dir: Path) -> Path:
     fig.savefig(path, dpi=90)
     plt.close(fig)
     return path
+
+
+def parity_rows(scenario, live: Trace, sim: Trace) -> list[dict]:
+    """One row per group and timing metric: the simulated and live p50 and their ratio, in bounds or not."""
+    from harness.checks import timing_ratio, timing_tolerance
+
+    rows = []
+    for group in dict.fromkeys(s.group for s in sim.streams):
+        for metric, lo, hi in timing_tolerance(scenario, group):
+            ratio = timing_ratio(live, sim, group, metric)
+            if ratio is None:
+                continue
+            rows.append({"scenario": scenario.name, "group": group, "metric": metric,
+                         "sim_s": percentile(metric_values(sim.group(group), metric), 50),
+                         "live_s": percentile(metric_values(live.group(group), metric), 50),
+                         "ratio": ratio, "low": lo, "high": hi, "ok": lo <= ratio <= hi})
+    return rows
+
+
+def parity_table(rows: list[dict]) -> Table:
+    table = Table(title="parity: live/sim p50 per group")
+    for col in ("scenario", "group", "metric", "sim ms", "live ms", "live/sim", "bound"):
+        table.add_column(col, justify="left" if col in ("scenario", "group", "metric") else "right")
+    for r in rows:
+        ratio = f"{r['ratio']:.2f}" if r["ok"] else f"[red]{r['ratio']:.2f}[/]"
+        table.add_row(r["scenario"], r["group"], r["metric"], _ms(r["sim_s"]), _ms(r["live_s"]), ratio,
+                      f"{r['low']:g}-{r['high']:g}")
+    return table
+
+
+def parity_summary(rows: list[dict]) -> str:
+    """min / median / max of the ratios per metric, and how many are out of bounds."""
+    parts = []
+    for metric in ("ttft_s", "completion_s"):
+        ratios = sorted(r["ratio"] for r in rows if r["metric"] == metric)
+        if ratios:
+            parts.append(f"{metric} live/sim min {ratios[0]:.2f} median {ratios[len(ratios) // 2]:.2f} "
+                         f"max {ratios[-1]:.2f} over {len(ratios)} groups")
+    out = sum(not r["ok"] for r in rows)
+    return "parity spread: " + "; ".join(parts) + f"; {out} outside their bounds"

@@ -1,110 +1,71 @@
-"""Plan a scenario's clients from its seed, run them (simulation here, live in harness/live_run.py),
-run the solo references, and apply the checks."""
+"""The one runner: plan a scenario's clients from its seed, run them against a backend (the
+simulation or the live server), run the solo references, and apply the checks.
+
+State that decides a verdict (solo references, the traces a baseline or a parity check
+compares with) lives in a RunContext that the caller owns and passes in: the pytest
+session's for items, the CLI's own for `streamlab scenario run|suite`. Nothing is kept in
+module globals, so any subset of items, in any order, gives the same verdicts.
+"""
 
 from __future__ import annotations
 
-import asyncio
 import json
-import random
 import time
-from dataclasses import dataclass
-from functools import lru_cache
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.checks import CheckResult, run_checks
+from harness.backend import Backend
+from harness.baseline import load_baselines, regression
+from harness.checks import CheckResult, parity, run_checks
 from harness.clients import StreamRecord, launch
-from harness.clock import run_virtual
-from harness.profile import load_profile
+from harness.live_run import LiveBackend
+from harness.plan import PlannedClient, loaded_model, plan, sampling_params
 from harness.report import Trace
-from harness.scenario import (AtOnce, BandwidthToxic, CorpusPrompt, GroupSpec, JoinWhile, LatencyToxic, Offsets,
-                              Poisson, Scenario, Uniform)
-from harness.simulation import SimConnection, drive
-from streamlab.app import create_app
+from harness.scenario import Scenario, load_by_name
+from harness.simulation import SimBackend
 from streamlab.config import CacheConfig, EngineConfig
 from streamlab.detokenizer import TextStream, token_byte_table
 from streamlab.engine.engine import BatchEngine
-from streamlab.models import LoadedModel, load_model
-from streamlab.prompts import shipped_prompts
-from streamlab.sampling import SamplingParams
+from streamlab.models import LoadedModel
 
 RESULTS = Path("results") / "scenarios"
-SETTLE_POLL_S = 0.01
-
-
-@lru_cache(maxsize=4)
-def model(name: str) -> LoadedModel:
-    return load_model(name)
 
 
 @dataclass
-class PlannedClient:
-    group: GroupSpec
-    index: int
-    at_s: float  # for join_while: seconds after the named group's first token
-    prompt: str
-    request: dict
-    seed: int
+class RunContext:
+    """What one session of scenario runs shares. Owned by the caller, passed in."""
+    results_dir: Path | None = RESULTS  # None: write no result files
+    loader: object = load_by_name  # a baseline scenario's name -> Scenario
+    backends: dict[str, Backend] = field(default_factory=lambda: {"sim": SimBackend(), "live": LiveBackend()})
+    baselines: dict = field(default_factory=load_baselines)  # the committed latency figures
+    solo: dict[str, list[int]] = field(default_factory=dict)  # (model, prompt, request) -> tokens run alone
+    traces: dict[tuple[str, str], Trace] = field(default_factory=dict)  # (scenario, mode) -> its latest trace
 
 
-def arrival_times(arrival, count: int, rng: random.Random) -> list[float]:
-    if isinstance(arrival, AtOnce):
-        return [arrival.at_s] * count
-    if isinstance(arrival, (Uniform, JoinWhile)):
-        return sorted(rng.uniform(arrival.start_s, arrival.end_s) for _ in range(count))
-    if isinstance(arrival, Poisson):
-        t, out = arrival.start_s, []
-        for _ in range(count):
-            t += rng.expovariate(arrival.rate_per_s)
-            out.append(t)
-        return out
-    if isinstance(arrival, Offsets):
-        return [arrival.offsets_s[i % len(arrival.offsets_s)] for i in range(count)]
-    raise TypeError(arrival)
+def run_trace(scenario: Scenario, backend: Backend, progress=None) -> tuple[Trace, list[PlannedClient]]:
+    """Run a scenario's clients against a backend's server; the trace of what happened."""
+    loaded = loaded_model(scenario.server.model)
+    planned = plan(scenario, loaded.tokenizer)
+    records = [StreamRecord(pc.group.name, pc.index, pc.group.behaviour.kind, pc.prompt, pc.request) for pc in planned]
 
+    async def main() -> Trace:
+        async with backend.serving(scenario) as server:
+            await launch(planned, records, scenario, server.clock, server.opener_for, progress)
+            end = server.clock()
+            await server.settle(scenario.drain_s)
+            books = await server.collect()
+        return Trace(scenario.name, backend.mode, scenario.seed, scenario.model_dump(mode="json"), records,
+                     books.stats, books.releases, books.invariants, books.ledger_problems, duration_s=end,
+                     notes=books.notes, failure=books.failure, steps=books.steps, step_timing=books.step_timing)
 
-def corpus_prompt(tokenizer, rng: random.Random, lo: int, hi: int) -> str:
-    corpus = shipped_prompts()
-    want = rng.randint(lo, hi)
-    ids: list[int] = []
-    start = rng.randrange(len(corpus))
-    for k in range(len(corpus)):
-        ids += tokenizer.encode(corpus[(start + k) % len(corpus)] + " ")
-        if len(ids) >= want:
-            break
-    return tokenizer.decode(ids[:want])
-
-
-def plan(scenario: Scenario, tokenizer) -> list[PlannedClient]:
-    rng = random.Random(scenario.seed)
-    planned = []
-    for group in scenario.groups:
-        times = arrival_times(group.arrival, group.count, rng)
-        for i in range(group.count):
-            prompt = (corpus_prompt(tokenizer, rng, *group.prompt.tokens) if isinstance(group.prompt, CorpusPrompt)
-                      else group.prompt.text)
-            req = group.request.model_dump()
-            if req["seed"] is not None:
-                req["seed"] += i
-            else:
-                req.pop("seed")
-            if not scenario.server.lab:  # lab options only go out when the server allows them
-                req.pop("pad_bytes")
-                req.pop("response_class")
-            planned.append(PlannedClient(group, i, times[i], prompt, req, rng.randrange(2**31)))
-    return planned
-
-
-def sampling_params(request: dict) -> SamplingParams:
-    return SamplingParams(max_new_tokens=request["max_new_tokens"], temperature=request["temperature"],
-                          top_k=request["top_k"], top_p=request["top_p"], seed=request.get("seed"),
-                          ignore_eos=request["ignore_eos"])
-
-
-_SOLO_CACHE: dict[str, list[int]] = {}  # (model, prompt, request) -> tokens, for this process
+    t0 = time.perf_counter()
+    trace = backend.run(main())
+    trace.wall_s = time.perf_counter() - t0
+    return trace, planned
 
 
 def solo_runs(scenario: Scenario, loaded: LoadedModel, planned: list[PlannedClient],
-              streams: list[StreamRecord]) -> dict[int, list[int]]:
+              streams: list[StreamRecord], cache: dict[str, list[int]]) -> dict[int, list[int]]:
     """Each stream's request run alone on a fresh engine: the identity reference.
 
     A run goes as far as the longest stream with that request read (plus one token, so a
@@ -121,7 +82,7 @@ def solo_runs(scenario: Scenario, loaded: LoadedModel, planned: list[PlannedClie
         key = json.dumps([scenario.server.model, pc.prompt, pc.request], sort_keys=True)
         if key not in needed:
             continue
-        cached = _SOLO_CACHE.get(key)
+        cached = cache.get(key)
         if cached is None or (len(cached) < needed[key] and len(cached) < pc.request["max_new_tokens"]
                               and not _ended_early(cached, pc, loaded)):
             ids = loaded.tokenizer.encode(pc.prompt)
@@ -134,7 +95,7 @@ def solo_runs(scenario: Scenario, loaded: LoadedModel, planned: list[PlannedClie
                 if not engine.has_work():
                     break
                 tokens += [t.token_id for t in engine.step().tokens]
-            _SOLO_CACHE[key] = cached = tokens
+            cache[key] = cached = tokens
         out[i] = cached
     return out
 
@@ -142,74 +103,6 @@ def solo_runs(scenario: Scenario, loaded: LoadedModel, planned: list[PlannedClie
 def _ended_early(tokens: list[int], pc: PlannedClient, loaded: LoadedModel) -> bool:
     """A solo run shorter than asked because it stopped (eos or a stop string) is complete."""
     return bool(tokens) and (tokens[-1] == loaded.model.eos_token_id or bool(pc.request["stop"]))
-
-
-def sim_network(group: GroupSpec) -> tuple[float, float | None]:
-    """(latency s, bandwidth bytes/s) for the simulated link; other toxics are live-only."""
-    latency, rate = 0.0, None
-    for toxic in (group.network.toxics if group.network else []):
-        if isinstance(toxic, LatencyToxic) and toxic.stream == "downstream":
-            latency += toxic.latency_ms / 1e3
-        elif isinstance(toxic, BandwidthToxic) and toxic.stream == "downstream":
-            rate = toxic.rate_kbps * 1024.0
-    return latency, rate
-
-
-async def _simulate(scenario: Scenario, loaded: LoadedModel, planned: list[PlannedClient],
-                    progress=None) -> Trace:
-    loop = asyncio.get_running_loop()
-    clock = loop.time
-    profile = load_profile(scenario.server.model)
-    app = create_app(scenario.server.service_config(), loaded, clock=clock, threaded=False)
-    records = [StreamRecord(pc.group.name, pc.index, pc.group.behaviour.kind, pc.prompt, pc.request) for pc in planned]
-    servers: list[asyncio.Task] = []
-    async with app.router.lifespan_context(app) as state:
-        hub = state["hub"]
-        driver = loop.create_task(drive(hub, profile))
-
-        def opener_for(pc: PlannedClient):
-            latency, rate = sim_network(pc.group)
-            rcvbuf = getattr(pc.group.behaviour, "recv_buffer_bytes", None)
-
-            async def opener(path: str, body, headers):
-                conn = SimConnection(profile.buffer_bytes(rcvbuf), latency, rate)
-                raw = body if isinstance(body, bytes) else json.dumps(body).encode()
-                servers.append(loop.create_task(conn.serve(app, state, "POST", path, raw,
-                                                           headers or {"content-type": "application/json"})))
-                return conn
-            return opener
-
-        await launch(planned, records, scenario, clock, opener_for, progress)
-        end = clock()
-        deadline = end + scenario.drain_s
-        stats = hub.stats()
-        while clock() < deadline:
-            stats = hub.stats()
-            if stats["running"] == stats["waiting"] == stats["streams_registered"] == 0 and \
-                    all(t.done() for t in servers):
-                break
-            await asyncio.sleep(SETTLE_POLL_S)
-        releases = [dict(vars(r)) for r in hub.releases]
-        invariants = hub.engine.check_invariants()
-        ledger = hub.engine.check_released()
-        driver.cancel()
-        for t in servers:
-            t.cancel()
-        await asyncio.gather(driver, *servers, return_exceptions=True)
-    return Trace(scenario.name, "sim", scenario.seed, scenario.model_dump(mode="json"), records, stats, releases,
-                 invariants, ledger, duration_s=end)
-
-
-def simulate(scenario: Scenario, progress=None) -> tuple[Trace, list[PlannedClient]]:
-    loaded = model(scenario.server.model)
-    planned = plan(scenario, loaded.tokenizer)
-    t0 = time.perf_counter()
-    trace = run_virtual(_simulate(scenario, loaded, planned, progress))
-    trace.wall_s = time.perf_counter() - t0
-    return trace, planned
-
-
-_BASELINE_TRACES: dict[tuple[str, str], Trace] = {}  # (scenario, mode) -> its latest trace in this process
 
 
 @dataclass
@@ -226,18 +119,21 @@ class Outcome:
         return [c.line() for c in self.checks if not c.ok]
 
 
-def run_scenario(scenario: Scenario, mode: str, baseline_loader=None, write_results: bool = True,
-                 progress=None) -> Outcome:
-    """progress(done, total) is called as clients finish."""
-    if mode == "sim":
-        trace, planned = simulate(scenario, progress)
-    elif mode == "live":
-        from harness.live_run import run_live
-        trace, planned = run_live(scenario, progress)
-    else:
+def trace_for(scenario: Scenario, mode: str, ctx: RunContext) -> Trace:
+    """This session's trace of a scenario in a mode, run now if it has none (a baseline, parity)."""
+    if (scenario.name, mode) not in ctx.traces:
+        ctx.traces[(scenario.name, mode)] = run_trace(scenario, ctx.backends[mode])[0]
+    return ctx.traces[(scenario.name, mode)]
+
+
+def run_scenario(scenario: Scenario, mode: str, ctx: RunContext, progress=None) -> Outcome:
+    """Run and judge one scenario in one mode. progress(done, total) is called as clients finish."""
+    if mode not in ctx.backends:
         raise ValueError(f"unknown mode {mode!r}")
-    loaded = model(scenario.server.model)
-    solo = solo_runs(scenario, loaded, planned, trace.streams) if scenario.expect.identity else {}
+    trace, planned = run_trace(scenario, ctx.backends[mode], progress)
+    ctx.traces[(scenario.name, mode)] = trace
+    loaded = loaded_model(scenario.server.model)
+    solo = solo_runs(scenario, loaded, planned, trace.streams, ctx.solo) if scenario.expect.identity else {}
     baselines = {}
     for bound in scenario.expect.latency:
         name = bound.baseline_scenario
@@ -245,29 +141,29 @@ def run_scenario(scenario: Scenario, mode: str, baseline_loader=None, write_resu
             continue
         if name == scenario.name:
             baselines[name] = trace
-        elif (name, mode) in _BASELINE_TRACES:  # measured earlier in this process
-            baselines[name] = _BASELINE_TRACES[(name, mode)]
-        else:
-            if baseline_loader is None:
-                raise ValueError(f"{scenario.name}: baseline scenario {name!r} needs a loader")
-            base = baseline_loader(name)
-            if any(b.baseline_scenario not in (None, name) for b in base.expect.latency):
-                raise ValueError(f"{scenario.name}: baseline {name!r} has a baseline of its own; chains are refused")
-            baselines[name] = run_scenario(base, mode, baseline_loader, write_results=False).trace
+            continue
+        base = ctx.loader(name)
+        if any(b.baseline_scenario not in (None, name) for b in base.expect.latency):
+            raise ValueError(f"{scenario.name}: baseline {name!r} has a baseline of its own; chains are refused")
+        baselines[name] = trace_for(base, mode, ctx)
     checks = run_checks(scenario, trace, solo, baselines)
-    _BASELINE_TRACES[(scenario.name, mode)] = trace
-    from harness.baseline import load_baselines, regression
-    gate = regression(trace, load_baselines())
+    gate = regression(trace, ctx.baselines)
     if gate is not None:
-        gate.expected_to_fail = False
         checks.append(gate)
     if mode == "live" and "sim" in scenario.modes:
-        from harness.checks import parity
-        sim_trace = _BASELINE_TRACES.get((scenario.name, "sim")) or simulate(scenario)[0]
-        _BASELINE_TRACES[(scenario.name, "sim")] = sim_trace
-        checks.append(parity(trace, sim_trace))
-    if write_results:
+        checks.append(parity(scenario, trace, trace_for(scenario, "sim", ctx)))
+    if ctx.results_dir is not None:
         from harness.report import timeline_png, write_result
-        write_result(trace, checks, RESULTS)
-        timeline_png(trace, RESULTS)
+        write_result(trace, checks, ctx.results_dir)
+        timeline_png(trace, ctx.results_dir)
     return Outcome(scenario, trace, checks)
+
+
+def simulate(scenario: Scenario, progress=None) -> tuple[Trace, list[PlannedClient]]:
+    """One simulated run, unjudged (benchmarks, tests)."""
+    return run_trace(scenario, SimBackend(), progress)
+
+
+def run_live(scenario: Scenario, progress=None) -> tuple[Trace, list[PlannedClient]]:
+    """One live run, unjudged (benchmarks, calibration)."""
+    return run_trace(scenario, LiveBackend(), progress)

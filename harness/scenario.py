@@ -10,46 +10,53 @@ from pathlib import Path
 from typing import Annotated, Literal, Union
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, model_validator
 
-from streamlab.config import CacheConfig, EngineConfig, ServiceConfig
-from streamlab.policies import BackpressureConfig, Policy
+from streamlab.config import ServiceConfig
+from streamlab.options import SERVE_OPTIONS, ServeOption, serve_args, service_config
+from streamlab.policies import Policy
+
+SCENARIOS_DIR = Path(__file__).resolve().parent.parent / "scenarios"
 
 
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+class FieldProblem(ValueError):
+    """A mistake that involves two fields, raised with the path of the one to point at."""
+
+    def __init__(self, loc: tuple, message: str) -> None:
+        super().__init__(message)
+        self.loc = loc
+
+
 # ---- the server ----
 
-class ServerSpec(Strict):
-    """Engine and service configuration, as `streamlab serve` takes it."""
-    model: str = "tiny"
-    max_batch: int = Field(8, ge=1)
-    cache_blocks: int = Field(1024, ge=1)
-    block_size: int = Field(16, ge=1)
-    waiting_limit: int = Field(64, ge=1)
-    max_tokens_budget: int = Field(1024, ge=2)
-    policy: Policy = Policy.PAUSE
-    queue_limit: int = Field(8, ge=1)
-    stall_timeout_s: float = Field(0.25, gt=0)
-    keepalive_s: float = Field(15.0, gt=0)
-    lab: bool = False
+def _server_field(option: ServeOption):
+    annotation = Policy if option.name == "policy" else (
+        Literal[option.choices] if option.choices else option.type)  # type: ignore[valid-type]
+    default = Policy(option.default) if option.name == "policy" else option.default
+    return annotation, Field(default, description=f"{option.flag}: {option.help}", **option.bounds)
+
+
+# Engine and service configuration, as `streamlab serve` takes it: one field per serve option,
+# with the server's own default (streamlab/options.py states each once).
+_ServerSpecBase = create_model("_ServerSpecBase", __base__=Strict,
+                               **{o.name: _server_field(o) for o in SERVE_OPTIONS})
+
+
+class ServerSpec(_ServerSpecBase):
+    """Engine and service configuration: every `streamlab serve` option, with its defaults."""
+
+    def values(self) -> dict:
+        return {o.name: getattr(self, o.name) for o in SERVE_OPTIONS}
 
     def service_config(self) -> ServiceConfig:
-        return ServiceConfig(model=self.model,
-                             engine=EngineConfig(self.max_batch, CacheConfig(self.cache_blocks, self.block_size)),
-                             backpressure=BackpressureConfig(self.policy, self.queue_limit, self.stall_timeout_s),
-                             waiting_limit=self.waiting_limit, max_tokens_budget=self.max_tokens_budget,
-                             keepalive_s=self.keepalive_s, lab=self.lab)
+        return service_config(self.values())
 
     def serve_args(self) -> list[str]:
-        args = ["--model", self.model, "--max-batch", str(self.max_batch), "--cache-blocks", str(self.cache_blocks),
-                "--block-size", str(self.block_size), "--waiting-limit", str(self.waiting_limit),
-                "--max-tokens-budget", str(self.max_tokens_budget), "--policy", self.policy.value,
-                "--queue-limit", str(self.queue_limit), "--stall-timeout", str(self.stall_timeout_s),
-                "--keepalive", str(self.keepalive_s)]
-        return args + (["--lab"] if self.lab else [])
+        return serve_args(self.values())
 
 
 # ---- what each client sends ----
@@ -271,6 +278,19 @@ class ReleaseWithin(Strict):
 CheckName = Literal["leak_free", "exactly_once", "identity", "finish_reasons", "latency", "release_within", "waste"]
 
 
+Ratio = tuple[Annotated[float, Field(gt=0)], Annotated[float, Field(gt=0)]]
+PARITY_COMPLETION = (0.7, 1.4)  # live/sim completion p50 per group, unless a scenario says otherwise
+PARITY_TTFT = (0.6, 1.6)  # live/sim TTFT p50: first tokens carry more of the machine's noise
+
+
+class ParityTolerance(Strict):
+    """A wider live/sim timing tolerance for some groups, with the reason the cost model misses them."""
+    reason: str = Field(min_length=10, description="why the simulation cannot predict these groups' live times")
+    groups: list[str] = Field(default_factory=list, description="the groups it applies to; empty: every group")
+    completion: Ratio = PARITY_COMPLETION
+    ttft: Ratio = PARITY_TTFT
+
+
 class Expectations(Strict):
     leak_free: bool = True
     exactly_once: bool = True
@@ -282,6 +302,7 @@ class Expectations(Strict):
     release_within: ReleaseWithin | None = None
     waste: float | None = Field(None, gt=0, description="max tokens generated per token read, abandoned streams")
     expect_failure: list[CheckName] = Field(default_factory=list, description="negative controls: these must fail")
+    parity: ParityTolerance | None = Field(None, description="live mode: a wider live/sim timing tolerance")
 
 
 class Scenario(Strict):
@@ -298,27 +319,41 @@ class Scenario(Strict):
     @model_validator(mode="after")
     def _references(self) -> "Scenario":
         names = [g.name for g in self.groups]
-        if len(set(names)) != len(names):
-            raise ValueError("group names must be unique")
         known = set(names)
-        for g in self.groups:
+        for i, g in enumerate(self.groups):
+            if g.name in names[:i]:
+                raise FieldProblem(("groups", i, "name"), f"group name {g.name!r} is used twice; names must be unique")
+        for i, g in enumerate(self.groups):
             if isinstance(g.arrival, JoinWhile) and g.arrival.group not in known - {g.name}:
-                raise ValueError(f"group {g.name}: join_while names unknown group {g.arrival.group!r}")
-        for bound in self.expect.latency:
-            refs = [bound.group] + ([bound.baseline_group] if not bound.baseline_scenario else [])
-            for ref in refs:
+                raise FieldProblem(("groups", i, "arrival", "group"),
+                                   f"join_while names unknown group {g.arrival.group!r}; expected one of {names}")
+        for i, bound in enumerate(self.expect.latency):
+            refs = [("group", bound.group)] + ([("baseline_group", bound.baseline_group)]
+                                               if not bound.baseline_scenario else [])
+            for key, ref in refs:
                 if ref is not None and ref not in known:
-                    raise ValueError(f"expect.latency names unknown group {ref!r}")
+                    raise FieldProblem(("expect", "latency", i, key),
+                                       f"names unknown group {ref!r}; expected one of {names}")
         if "sim" in self.modes:
-            for g in self.groups:
+            for i, g in enumerate(self.groups):
                 net = g.network
-                live_only = [t.type for t in (net.toxics if net else []) if t.type not in ("latency", "bandwidth")]
-                if live_only or (net and net.down):
-                    raise ValueError(f"group {g.name}: {', '.join(live_only) or 'down'} can only run live; "
-                                     f"set modes: [live] (simulation models latency and bandwidth)")
+                for j, t in enumerate(net.toxics if net else []):
+                    if t.type not in ("latency", "bandwidth"):
+                        raise FieldProblem(("groups", i, "network", "toxics", j, "type"),
+                                           f"{t.type} can only run live; set modes: [live] "
+                                           f"(simulation models latency and bandwidth)")
+                if net and net.down:
+                    raise FieldProblem(("groups", i, "network", "down"),
+                                       "down can only run live; set modes: [live] "
+                                       "(simulation models latency and bandwidth)")
         for ref in self.expect.finish_reasons:
             if ref not in known:
-                raise ValueError(f"expect.finish_reasons names unknown group {ref!r}")
+                raise FieldProblem(("expect", "finish_reasons", ref),
+                                   f"names unknown group {ref!r}; expected one of {names}")
+        for i, ref in enumerate(self.expect.parity.groups if self.expect.parity else []):
+            if ref not in known:
+                raise FieldProblem(("expect", "parity", "groups", i),
+                                   f"names unknown group {ref!r}; expected one of {names}")
         return self
 
 
@@ -326,6 +361,10 @@ class Scenario(Strict):
 
 class ScenarioError(ValueError):
     """A scenario file with a mistake: the message names the file, the line and the field."""
+
+
+def load_by_name(name: str) -> Scenario:
+    return load(SCENARIOS_DIR / f"{name}.yaml")
 
 
 def _line_of(root: yaml.Node | None, loc: tuple) -> int | None:
@@ -363,9 +402,11 @@ def load(path: str | Path) -> Scenario:
     except ValidationError as exc:
         lines = []
         for err in exc.errors():
-            field = ".".join(str(p) for p in err["loc"]) or "(top level)"
-            line = _line_of(root, err["loc"])
-            lines.append(f"{path}:{line}: {field}: {err['msg']}")
+            problem = err.get("ctx", {}).get("error")
+            loc = tuple(err["loc"]) + (problem.loc if isinstance(problem, FieldProblem) else ())
+            msg = str(problem) if isinstance(problem, FieldProblem) else err["msg"]
+            field = ".".join(str(p) for p in loc) or "(top level)"
+            lines.append(f"{path}:{_line_of(root, loc)}: {field}: {msg}")
         raise ScenarioError("\n".join(lines)) from None
     if scenario.name != path.stem:
         raise ScenarioError(f"{path}:{_line_of(root, ('name',))}: name: is {scenario.name!r}, expected the file's "

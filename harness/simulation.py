@@ -11,11 +11,23 @@ from __future__ import annotations
 
 import asyncio
 import json
+import statistics
+import time
 from collections import deque
 from dataclasses import dataclass
 
-from harness.profile import StepCostProfile
-from streamlab.hub import Hub
+from contextlib import asynccontextmanager
+
+from harness.backend import ServerBooks
+from harness.clock import run_virtual
+from harness.plan import PlannedClient, loaded_model
+from harness.profile import StepCostProfile, load_profile
+from harness.scenario import BandwidthToxic, GroupSpec, LatencyToxic, Scenario
+from streamlab.app import create_app
+from streamlab.engine.engine import StepOutput
+from streamlab.hub import Hub, Wait
+
+SETTLE_POLL_S = 0.01
 from streamlab.sse import SSEEvent, SSEParser
 
 
@@ -94,8 +106,10 @@ async def _first(*aws) -> None:
 class SimConnection:
     """Both ends of one simulated HTTP exchange: the ASGI side for the app, the client side for a behaviour."""
 
-    def __init__(self, capacity: int, latency_s: float, rate_bytes_per_s: float | None) -> None:
+    def __init__(self, capacity: int, latency_s: float, rate_bytes_per_s: float | None,
+                 core: ServerCore | None = None, per_request_s: float = 0.0, request_latency_s: float = 0.0) -> None:
         self.pipe = SimPipe(capacity, latency_s, rate_bytes_per_s)
+        self.core, self.per_request_s, self.request_latency_s = core, per_request_s, request_latency_s
         self.latency_s = latency_s
         self.gone = asyncio.Event()
         self.head: Head | None = None
@@ -109,7 +123,10 @@ class SimConnection:
     # ---- the server's side (ASGI) ----
 
     async def serve(self, app, state: dict, method: str, path: str, body: bytes, headers: dict[str, str]) -> None:
-        await asyncio.sleep(self.latency_s)  # the request's trip to the server
+        await asyncio.sleep(self.latency_s + self.request_latency_s)  # the request's trip to the server
+        if self.core is not None and self.per_request_s:  # HTTP, JSON, tokenizing: on the server's one core
+            loop = asyncio.get_running_loop()
+            await asyncio.sleep(max(0.0, self.core.take(self.per_request_s) - loop.time()))
         if self.gone.is_set():
             return
         scope = {"type": "http", "asgi": {"version": "3.0", "spec_version": "2.3"}, "http_version": "1.1",
@@ -178,20 +195,167 @@ class SimConnection:
             self.gone.set()
 
 
-async def drive(hub: Hub, profile: StepCostProfile) -> None:
-    """The simulation's step loop: the hub's own, with virtual time for the compute."""
+class ServerCore:
+    """The live server's one core (its event loop and step thread share one GIL): work queues for it."""
+
+    def __init__(self) -> None:
+        self.busy_until = 0.0
+
+    def take(self, seconds: float) -> float:
+        """Queue `seconds` of work from now; returns when it is done."""
+        start = max(asyncio.get_running_loop().time(), self.busy_until)
+        self.busy_until = start + seconds
+        return self.busy_until
+
+
+@dataclass
+class Drift:
+    """Real step times against the profile's engine terms: an engine that got slower, or a profile
+    from another machine, shows here though virtual time never sees it."""
+    ratios: list[float]
+
+    WARN = 2.0  # a shared 2-core machine (two xdist workers, say) slows real steps this much
+    FAIL = 4.0  # past this the profile no longer describes this engine on this machine
+    MIN_STEPS = 5
+
+    def median(self) -> float | None:
+        return statistics.median(self.ratios) if len(self.ratios) >= self.MIN_STEPS else None
+
+
+class SimStepClock:
+    """The hub's step loop on virtual time: a step begins when the server's core is free and
+    costs what the profile says; the real time each step took is kept for the drift report."""
+
+    def __init__(self, profile: StepCostProfile, core: ServerCore) -> None:
+        self.profile, self.core = profile, core
+        self.loop = asyncio.get_running_loop()
+        self.drift = Drift([])
+        self._t = self._engine_s = self._wall0 = 0.0
+
+    def begin(self) -> float:
+        self._t = max(self.loop.time(), self.core.busy_until)
+        self._engine_s, self._wall0 = 0.0, time.perf_counter()
+        return self._t
+
+    def done(self, part: StepOutput) -> float:
+        self._engine_s += self.profile.engine_cost(part)
+        self._t += self.profile.served_cost(part)
+        return self._t
+
+    def end(self, out: StepOutput) -> float:
+        wall = time.perf_counter() - self._wall0
+        at = self.done(out) + self.profile.per_step_s
+        self.core.busy_until = self._t = at
+        if self._engine_s > self.profile.idle_step_s:
+            self.drift.ratios.append(wall / self._engine_s)
+        return at
+
+    def post(self, at: float, fn, *args) -> None:
+        self.loop.call_at(at, fn, *args)
+
+
+async def drive(hub: Hub, clock: SimStepClock) -> None:
+    """The hub's own step loop (Hub.step_loop), awaited on virtual time instead of blocking a thread."""
+    loop = asyncio.get_running_loop()
     wake = asyncio.Event()
     hub.on_wish = wake.set
     try:
-        while True:
-            wake.clear()
-            if not hub.engine.has_work():
-                await wake.wait()
+        for wait, out, end in hub.step_loop(clock):
+            if wait is Wait.IDLE:
+                wake.clear()
+                if not hub.engine.has_work():
+                    await wake.wait()
                 continue
-            out = hub.engine.step()
-            await asyncio.sleep(profile.step_cost(out))
-            now = hub.complete_step(out)
-            await hub.deliver(out, now)
-    except Exception as exc:  # as the hub's own thread does: a broken engine ends every stream, loudly
-        hub.failure = exc
-        hub.end_all("internal_error")
+            await asyncio.sleep(max(0.0, end - loop.time()))
+            if wait is Wait.READERS:
+                await hub._deliver_and_wait(out, end)
+    except asyncio.CancelledError:
+        raise
+    except BaseException as exc:  # as the step thread does: recorded with its traceback, every stream ended
+        hub.fail(exc)
+
+
+def sim_network(group: GroupSpec) -> tuple[float, float | None]:
+    """(latency s, bandwidth bytes/s) for the simulated link; other toxics are live-only."""
+    latency, rate = 0.0, None
+    for toxic in (group.network.toxics if group.network else []):
+        if isinstance(toxic, LatencyToxic) and toxic.stream == "downstream":
+            latency += toxic.latency_ms / 1e3
+        elif isinstance(toxic, BandwidthToxic) and toxic.stream == "downstream":
+            rate = toxic.rate_kbps * 1024.0
+    return latency, rate
+
+
+class SimServer:
+    """One scenario's app and hub on virtual time (harness.backend.Server)."""
+
+    def __init__(self, app, state: dict, profile: StepCostProfile, clock: SimStepClock) -> None:
+        self.app, self.state, self.profile, self.step_clock = app, state, profile, clock
+        self.hub: Hub = state["hub"]
+        self.loop = asyncio.get_running_loop()
+        self.exchanges: list[asyncio.Task] = []
+
+    def clock(self) -> float:
+        return self.loop.time()
+
+    def opener_for(self, pc: PlannedClient):
+        latency, rate = sim_network(pc.group)
+        rcvbuf = getattr(pc.group.behaviour, "recv_buffer_bytes", None)
+
+        async def opener(path: str, body, headers):
+            conn = SimConnection(self.profile.buffer_bytes(rcvbuf), latency, rate, self.step_clock.core,
+                                 self.profile.per_request_s, self.profile.request_latency_s)
+            raw = body if isinstance(body, bytes) else json.dumps(body).encode()
+            self.exchanges.append(self.loop.create_task(conn.serve(
+                self.app, self.state, "POST", path, raw, headers or {"content-type": "application/json"})))
+            return conn
+        return opener
+
+    async def settle(self, drain_s: float) -> None:
+        deadline = self.clock() + drain_s
+        while self.clock() < deadline:
+            stats = self.hub.stats()
+            if stats["running"] == stats["waiting"] == stats["streams_registered"] == 0 and \
+                    all(t.done() for t in self.exchanges):
+                return
+            await asyncio.sleep(SETTLE_POLL_S)
+
+    async def collect(self) -> ServerBooks:
+        hub = self.hub
+        drift = self.step_clock.drift
+        ratio = drift.median()
+        timing = {"steps_timed": len(drift.ratios), "real_over_profile_p50": ratio,
+                  "profile_machine": self.profile.machine}
+        return ServerBooks(hub.stats(), [dict(vars(r)) for r in hub.releases], hub.engine.check_invariants(),
+                           hub.engine.check_released(),
+                           [{"began": b, "seconds": d, "prefilled": p, "decoded": n} for b, d, p, n in hub.step_log],
+                           hub.failure_traceback, step_timing=timing)
+
+
+class SimBackend:
+    """The real app, hub and engine behind simulated connections, on a virtual clock."""
+    mode = "sim"
+
+    def __init__(self, profile: StepCostProfile | None = None) -> None:
+        self.profile = profile  # None: the scenario model's profile in scenarios/profiles/
+
+    def run(self, main):
+        return run_virtual(main)
+
+    @asynccontextmanager
+    async def serving(self, scenario: Scenario):
+        profile = self.profile or load_profile(scenario.server.model)
+        loop = asyncio.get_running_loop()
+        app = create_app(scenario.server.service_config(), loaded_model(scenario.server.model), clock=loop.time,
+                         threaded=False)
+        async with app.router.lifespan_context(app) as state:
+            clock = SimStepClock(profile, ServerCore())
+            server = SimServer(app, state, profile, clock)
+            driver = loop.create_task(drive(state["hub"], clock))
+            try:
+                yield server
+            finally:
+                driver.cancel()
+                for t in server.exchanges:
+                    t.cancel()
+                await asyncio.gather(driver, *server.exchanges, return_exceptions=True)

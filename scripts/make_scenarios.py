@@ -34,9 +34,23 @@ def write(name: str, description: str, body: dict) -> None:
     (OUT / f"{name}.yaml").write_text(text)
 
 
+# Where the cost model does not yet predict live timing, a scenario says so, with the reason.
+FIRST_PREFILL = ("a fresh server's first prefill step takes 12-17 ms live against 1-2 ms later (its /debug/steps); "
+                 "the cost has no term for it yet, and with one or two streams it is most of the TTFT")
+SLEEPER_READS = ("a reader that sleeps between reads gets fewer bytes per read live (what the socket's receive "
+                 "buffer holds) than the simulated pipe hands over (all that arrived, up to read_bytes), so it "
+                 "takes ~2.8x as many reads; the pipe does not model the receive window yet")
+
+
 def overlap() -> None:
     for n in (1, 2, 4, 8, 16, 32):
         expect = {"finish_reasons": {"streams": {"length": n}}}
+        if n <= 2:
+            expect["parity"] = {"reason": FIRST_PREFILL, "ttft": [0.6, 4.0]}
+        if n == 32:
+            expect["parity"] = {"reason": "32 requests at once: the cost model handles them one after another on "
+                                          "one core; live overlaps part of that with the first prefill",
+                                "ttft": [0.4, 1.6]}
         if n > 1:
             # H1 fails if the gap between tokens rises in proportion to N: bound it well below N.
             expect["latency"] = [{"group": "streams", "metric": "gap_s", "percentile": 50,
@@ -70,6 +84,8 @@ def slow_readers() -> None:
                                    "baseline_scenario": "slow_reader_unbounded_0", "baseline_group": "healthy"}]}
             if policy == "naive" and k:
                 expect["expect_failure"] = ["latency"]
+            if k:
+                expect["parity"] = {"reason": SLEEPER_READS, "completion": [0.7, 3.6], "ttft": [0.6, 2.0]}
             control = " A negative control: the step loop waits for the slow reader, so the healthy streams' " \
                       "completion bound must fail." if policy == "naive" and k else ""
             write(f"slow_reader_{policy}_{k}", f"""{k} slow reader(s) among 8 streams under the `{policy}` policy. The slow
@@ -96,6 +112,7 @@ def disconnects() -> None:
                            "arrival": {"kind": "join_while", "group": "blocker", "start_s": 0.0, "end_s": 0.05}}]
                 server = {"model": "tiny", "max_batch": 1}
                 reasons = {"blocker": {"length": 1}, "droppers": {"client_left": 4}}
+                parity = {"parity": {"reason": FIRST_PREFILL, "groups": ["blocker"], "ttft": [0.6, 4.0]}}
             else:
                 groups = [{"name": "readers", "count": 2, "prompt": PROMPT, "request": request,
                            "behaviour": {"kind": "reader"}, "arrival": {"kind": "at_once"}},
@@ -104,13 +121,14 @@ def disconnects() -> None:
                            "arrival": {"kind": "at_once"}}]
                 server = {"model": "tiny", "max_batch": 8}
                 reasons = {"readers": {"length": 2}, "droppers": {"client_left": 6}}
+                parity = {}
             where = "while still waiting for a batch slot" if after is None else f"after reading {after} token(s)"
             write(f"disconnect_{how}_{moment}", f"""Clients that leave with {how.upper()} {where}, beside healthy streams.
                   The sequence must be released within one engine step of the close (never admitted, if it
                   was still waiting), and the engine must not go on generating for nobody.""",
                   {"seed": 500 + list(MOMENTS).index(moment), "server": server, "groups": groups,
                    "expect": {"finish_reasons": reasons, "release_within": {"steps": 1, "seconds": 0.25},
-                              "waste": WASTE[moment]}})
+                              "waste": WASTE[moment], **parity}})
 
 
 if __name__ == "__main__":

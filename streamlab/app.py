@@ -8,6 +8,7 @@ failure can only be an `error` event.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 from contextlib import asynccontextmanager
@@ -195,6 +196,10 @@ def create_app(config: ServiceConfig = ServiceConfig(), loaded: LoadedModel | No
         return JSONResponse({"steps": [{"began": b, "seconds": d, "prefilled": p, "decoded": n}
                                        for b, d, p, n in list(hub.step_log)]})
 
+    async def config_route(request: Request) -> Response:
+        """The configuration this server parsed (the harness checks it equals the simulation's)."""
+        return JSONResponse(json.loads(json.dumps(dataclasses.asdict(config), default=str)))
+
     async def lab_flood(request: Request) -> Response:
         """Lab: write events of `event_bytes` as fast as possible to a client that does not read;
         note how many bytes were accepted before a write blocked (the chapter's buffer figure)."""
@@ -237,6 +242,7 @@ def create_app(config: ServiceConfig = ServiceConfig(), loaded: LoadedModel | No
         Route("/debug/invariants", invariants, methods=["GET"]),
         Route("/debug/releases", releases, methods=["GET"]),
         Route("/debug/steps", steps, methods=["GET"]),
+        Route("/debug/config", config_route, methods=["GET"]),
         Route("/lab/flood", lab_flood, methods=["GET"]),
         Route("/lab/flood-result", lab_flood_result, methods=["GET"]),
     ]

@@ -6,10 +6,11 @@ import argparse
 import sys
 from pathlib import Path
 
-from streamlab.config import CacheConfig, EngineConfig, ServiceConfig
+from streamlab import options
+from streamlab.config import ServiceConfig
 from streamlab.errors import ModelLoadError
 from streamlab.models import PRESETS
-from streamlab.policies import BackpressureConfig, Policy
+from streamlab.options import add_serve_options
 
 
 def _int_list(text: str) -> list[int]:
@@ -34,31 +35,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     serve = sub.add_parser("serve", help="serve the model over HTTP with SSE streaming",
                            formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    serve.add_argument("--model", default="tiny", help=model_help)
     serve.add_argument("--host", default="127.0.0.1", help="address to bind (loopback by default)")
     serve.add_argument("--port", type=int, default=8000)
-    serve.add_argument("--policy", choices=[p.value for p in Policy], default=Policy.PAUSE.value,
-                       help="who pays for a slow reader")
-    serve.add_argument("--queue-limit", type=int, default=8, help="events queued per stream before the policy acts")
-    serve.add_argument("--stall-timeout", type=float, default=0.25,
-                       help="seconds at the queue limit before drop/pause_then_drop cancel a stream")
-    serve.add_argument("--max-batch", type=int, default=32, help="sequences decoded together")
-    serve.add_argument("--max-prefills-per-step", type=int, default=0,
-                       help="admissions (prefills) per engine step; 0 = as many as slots and blocks allow")
-    serve.add_argument("--first-token", choices=["prefill", "step"], default="prefill",
-                       help="send a stream's first token when its own prefill is done, or when the step ends")
-    serve.add_argument("--cache-blocks", type=int, default=1024, help="KV cache blocks in the pool")
-    serve.add_argument("--block-size", type=int, default=16, help="tokens per cache block")
-    serve.add_argument("--waiting-limit", type=int, default=64, help="requests waiting for a slot before 429")
-    serve.add_argument("--max-tokens-budget", type=int, default=1024, help="prompt + max_new_tokens per request")
-    serve.add_argument("--keepalive", type=float, default=15.0, help="seconds between keep-alive comments when idle")
-    serve.add_argument("--graceful-timeout", type=float, default=5.0,
-                       help="seconds running streams may finish after SIGTERM before they are ended")
-    serve.add_argument("--lab", action="store_true", help="allow pad_bytes and response_class (measurements only)")
+    add_serve_options(serve)
     serve.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
 
-    from harness.cli import add_parser as add_scenario_parser
-    add_scenario_parser(sub)
+    # The harness owns its own parser; the service never imports it (nor pytest).
+    sub.add_parser("scenario", help="scenario files: run, run the suite, schema, baseline, calibrate", add_help=False)
 
     lab = sub.add_parser("lab", help="the chapter's measurements against a real server process")
     lab_sub = lab.add_subparsers(dest="lab", required=True)
@@ -89,19 +72,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 def service_config(args: argparse.Namespace) -> ServiceConfig:
     try:
-        return ServiceConfig(
-            model=args.model,
-            engine=EngineConfig(max_batch=args.max_batch, cache=CacheConfig(args.cache_blocks, args.block_size),
-                                max_prefills_per_step=args.max_prefills_per_step),
-            first_token=args.first_token,
-            backpressure=BackpressureConfig(Policy(args.policy), args.queue_limit, args.stall_timeout),
-            waiting_limit=args.waiting_limit, max_tokens_budget=args.max_tokens_budget, keepalive_s=args.keepalive,
-            graceful_timeout_s=args.graceful_timeout, lab=args.lab)
+        return options.service_config(vars(args))
     except ValueError as exc:
         raise SystemExit(f"streamlab serve: {exc}") from None
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["scenario"]:
+        from harness.cli import main as scenario_main
+        return scenario_main(argv[1:])
     args = build_parser().parse_args(argv)
     if args.command == "serve":
         from streamlab.models import load_model
@@ -117,9 +97,6 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.command == "lab":
         return run_lab(args)
-    if args.command == "scenario":
-        from harness.cli import main as scenario_main
-        return scenario_main(args)
     from rich.console import Console
 
     from streamlab.models import load_model

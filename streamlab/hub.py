@@ -18,9 +18,12 @@ import itertools
 import logging
 import threading
 import time
+import traceback
 from collections import deque
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
+from enum import Enum
+from typing import Protocol
 
 from streamlab.detokenizer import TextStream, token_byte_table
 from streamlab.engine.engine import BatchEngine, StepOutput
@@ -34,6 +37,39 @@ log = logging.getLogger("streamlab.hub")
 Clock = Callable[[], float]
 IDLE_POLL_S = 0.05  # the step thread's longest sleep when idle (wishes also wake it at once)
 RELEASE_LOG_SIZE = 20_000
+
+
+class Wait(Enum):
+    IDLE = "idle"
+    STEP_END = "step_end"
+    READERS = "readers"
+
+
+class StepClock(Protocol):
+    """Where a step's times come from: the wall clock (the step thread) or a cost model (the simulation)."""
+
+    def begin(self) -> float: ...  # a step begins now: its start time
+    def done(self, part: StepOutput) -> float: ...  # a prefill pass handed over its first tokens: its time
+    def end(self, out: StepOutput) -> float: ...  # the step's rest is done: its end time
+    def post(self, at: float, fn: Callable, *args) -> None: ...  # run fn(*args) on the event loop at `at`
+
+
+class WallStepClock:
+    """The step thread's clock: a part is done when it is done; events go to the loop at once."""
+
+    def __init__(self, clock: Clock, loop: asyncio.AbstractEventLoop) -> None:
+        self.clock, self.loop = clock, loop
+
+    def begin(self) -> float:
+        return self.clock()
+
+    def done(self, part: StepOutput) -> float:
+        return self.clock()
+
+    end = done
+
+    def post(self, at: float, fn: Callable, *args) -> None:
+        self.loop.call_soon_threadsafe(fn, *args)
 
 
 @dataclass
@@ -101,6 +137,7 @@ class Hub:
         self._prefilled_early = 0  # prefills handed over early in the step running now
         self.draining = False
         self.failure: BaseException | None = None
+        self.failure_traceback: str | None = None
         self.counters = {"requests_accepted": 0, "requests_refused": 0, "late_events_dropped": 0,
                          "streams_closed": 0}
         self.cancellations: dict[str, int] = {"client_gone": 0, "slow_client": 0, "shutting_down": 0,
@@ -109,7 +146,7 @@ class Hub:
     # ---- life cycle (owned by the app's lifespan) ----
 
     def start(self, threaded: bool = True) -> None:
-        """threaded=False: no step thread; a driver calls engine.step() and complete_step() itself."""
+        """threaded=False: no step thread; a driver (the simulation) runs step_loop() itself."""
         self._loop = asyncio.get_running_loop()
         if threaded:
             self._thread = threading.Thread(target=self._run, name="streamlab-step-loop", daemon=True)
@@ -133,7 +170,8 @@ class Hub:
             for _ in range(10_000):
                 if not self.engine.has_work():
                     break
-                self._record_releases(self.engine.step())
+                out = self.engine.step()
+                self._record_releases(out, self.clock())
         except Exception as exc:  # a broken engine: report it, do not hide the books behind a traceback
             problems.append(f"final drain failed: {type(exc).__name__}: {exc}")
         problems += self.engine.check_invariants() + self.engine.check_released()
@@ -297,56 +335,74 @@ class Hub:
                 stream.taken.clear()
                 await stream.taken.wait()
 
-    # ---- the step thread ----
+    # ---- the step loop: one for the step thread and the simulation ----
+
+    @property
+    def waits_for_readers(self) -> bool:
+        """The naive policy: after each step the loop waits until every reader took its events."""
+        return self.cfg.policy is Policy.NAIVE
+
+    def step_loop(self, clock: "StepClock") -> Iterator[tuple[Wait, StepOutput | None, float]]:
+        """The step loop, written once. It yields what its driver must wait for: IDLE (until a
+        wish arrives), STEP_END (until `end` on the driver's clock) or READERS (the naive policy:
+        until the readers took the step's events). The step thread blocks; the simulation awaits."""
+        while not self._stopping.is_set():
+            self._work.clear()
+            if not self.engine.has_work():
+                yield Wait.IDLE, None, 0.0
+                continue
+            out, end = self.run_step(clock)
+            yield (Wait.READERS if self.waits_for_readers else Wait.STEP_END), out, end
+
+    def run_step(self, clock: "StepClock") -> tuple[StepOutput, float]:
+        """One engine step: first tokens handed over per prefill pass, releases noted, the step
+        logged, and its events posted to the event loop at the time the clock says it ended."""
+        began = clock.begin()
+        prefilled_early = 0
+
+        def hand_over(part: StepOutput) -> None:  # mid-step: a prefill pass's first tokens go out now
+            nonlocal prefilled_early
+            at = clock.done(part)
+            self._record_releases(part, at)
+            prefilled_early += part.prefilled
+            clock.post(at, self._deliver, part, at)
+
+        out = self.engine.step(hand_over if self.early_first_token else None)
+        end = clock.end(out)
+        self._record_releases(out, end)
+        self.step_log.append((began, end - began, out.prefilled + prefilled_early, out.decoded))
+        if not self.waits_for_readers:
+            clock.post(end, self._deliver, out, end)
+        return out, end
+
+    def fail(self, exc: BaseException) -> None:
+        """The step loop broke (either driver): keep the traceback, end every stream, refuse new ones."""
+        log.error("step loop failed", exc_info=exc)
+        self.failure = exc
+        self.failure_traceback = "".join(traceback.format_exception(exc))
+        if self._loop is not None and not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(self.end_all, "internal_error")
 
     def _run(self) -> None:
+        """The step thread: the step loop on the wall clock."""
         assert self._loop is not None
         try:
-            while not self._stopping.is_set():
-                self._work.clear()
-                if not self.engine.has_work():
+            for wait, out, end in self.step_loop(WallStepClock(self.clock, self._loop)):
+                if wait is Wait.IDLE:
                     self._work.wait(IDLE_POLL_S)
-                    continue
-                began = self.clock()
-                self._prefilled_early = 0
-                out = self.engine.step(self._deliver_early if self.early_first_token else None)
-                now = self.complete_step(out)
-                self.step_log.append((began, now - began, out.prefilled + self._prefilled_early, out.decoded))
-                if self.cfg.policy is Policy.NAIVE:
-                    future = asyncio.run_coroutine_threadsafe(self._deliver_and_wait(out, now), self._loop)
+                elif wait is Wait.READERS:
+                    future = asyncio.run_coroutine_threadsafe(self._deliver_and_wait(out, end), self._loop)
                     while not self._stopping.is_set():
                         try:
                             future.result(timeout=IDLE_POLL_S)
                             break
                         except TimeoutError:
                             continue
-                else:
-                    self._loop.call_soon_threadsafe(self._deliver, out, now)
+                # Wait.STEP_END: on the wall clock the step has already ended.
         except BaseException as exc:  # a broken engine must not fail silently
-            log.exception("step loop failed")
-            self.failure = exc
-            if not self._loop.is_closed():
-                self._loop.call_soon_threadsafe(self.end_all, "internal_error")
+            self.fail(exc)
 
-    def _deliver_early(self, part: StepOutput) -> None:
-        """Step thread, mid-step: one prefill's first token, sent on without waiting for the step."""
-        now = self.complete_step(part)
-        self._prefilled_early += part.prefilled
-        self._loop.call_soon_threadsafe(self._deliver, part, now)
-
-    def complete_step(self, out: StepOutput) -> float:
-        """Note the releases of a step that has just ended; returns the hub clock's now."""
-        return self._record_releases(out)
-
-    async def deliver(self, out: StepOutput, now: float) -> None:
-        """For an external driver on the event loop: hand a step's events to the streams (per policy)."""
-        if self.cfg.policy is Policy.NAIVE:
-            await self._deliver_and_wait(out, now)
-        else:
-            self._deliver(out, now)
-
-    def _record_releases(self, out: StepOutput) -> float:
-        now = self.clock()
+    def _record_releases(self, out: StepOutput, now: float) -> None:
         for fin in out.finished:
             closed_at, closed_after_step = self._closed_at.pop(fin.request_id, (None, None))
             self.releases.append(ReleaseRecord(fin.request_id, fin.reason.value, fin.completion_tokens, fin.step,
@@ -356,7 +412,6 @@ class Hub:
                 self.release_delays_s.append(delay)
                 if self.on_release_delay is not None:
                     self.on_release_delay(delay)
-        return now
 
     # ---- inspection ----
 
@@ -369,5 +424,6 @@ class Hub:
             "double_release_attempts": engine.double_release_attempts, "steps": engine.steps,
             "tokens_generated": engine.tokens_generated, "finished_by_reason": engine.finished_by_reason,
             "cancellations": dict(self.cancellations), "policy": self.cfg.policy.value,
-            "draining": self.draining, "healthy": self.failure is None, **self.counters,
+            "draining": self.draining, "healthy": self.failure is None,
+            "failure": self.failure_traceback, **self.counters,
         }

@@ -3,8 +3,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.collect import SCENARIOS_DIR
-from harness.scenario import ScenarioError, json_schema, load
+from harness.scenario import SCENARIOS_DIR, ScenarioError, json_schema, load
 
 GOOD = """\
 name: {name}

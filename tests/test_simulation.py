@@ -8,7 +8,7 @@ import pytest
 
 from harness import runner
 from harness.clock import SimulationDeadlock, run_virtual
-from harness.collect import load_by_name
+from harness.scenario import load_by_name
 from harness.simulation import SimPipe
 from streamlab.engine import engine as engine_module
 from streamlab.engine.scheduler import Scheduler
@@ -62,8 +62,7 @@ def test_same_seed_same_trace_byte_for_byte():
 # ---- a broken engine is caught ----
 
 def run(name: str):
-    runner._BASELINE_TRACES.clear()
-    return runner.run_scenario(load_by_name(name), "sim", load_by_name, write_results=False)
+    return runner.run_scenario(load_by_name(name), "sim", runner.RunContext(results_dir=None))
 
 
 def failed(outcome) -> set[str]:
@@ -123,9 +122,6 @@ def test_a_changed_token_is_caught(monkeypatch):
 
 def test_a_stalling_step_loop_is_caught(monkeypatch):
     """Make every policy deliver like the naive one: the step loop waits for each reader."""
-    async def waiting_deliver(self, out, now):
-        await self._deliver_and_wait(out, now)
-
-    monkeypatch.setattr(Hub, "deliver", waiting_deliver)
+    monkeypatch.setattr(Hub, "waits_for_readers", property(lambda self: True))
     outcome = run("slow_reader_pause_1")
     assert "latency" in failed(outcome)

@@ -1,0 +1,47 @@
+"""What the one runner needs from a mode: a server to aim clients at, and its books afterwards.
+
+    runner.run_scenario -> Backend.run(main) -> async with Backend.serving(scenario) as server:
+                              launch(clients over server.opener_for) ; server.settle() ; server.collect()
+
+harness/simulation.py (SimBackend: the app on virtual time) and harness/live_run.py
+(LiveBackend: `streamlab serve` and Toxiproxy on real sockets) implement it. Neither imports
+the runner, and the runner imports neither's internals.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Coroutine
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from harness.clients import Opener
+from harness.plan import PlannedClient
+from harness.scenario import Scenario
+
+
+@dataclass
+class ServerBooks:
+    """The server's state after the run drained: what the checks read."""
+    stats: dict
+    releases: list[dict]  # one per request the engine ended, times on the harness clock
+    invariants: list[str]
+    ledger_problems: list[str]
+    steps: list[dict] = field(default_factory=list)  # the step loop's log: began, seconds, prefilled, decoded
+    failure: str | None = None  # the step loop's traceback, if it broke
+    notes: list[str] = field(default_factory=list)
+    step_timing: dict = field(default_factory=dict)  # simulation: real step time against the profile
+
+
+class Server(Protocol):
+    def clock(self) -> float: ...  # the harness clock: seconds since the run began
+    def opener_for(self, planned: PlannedClient) -> Opener: ...
+    async def settle(self, drain_s: float) -> None: ...  # until nothing runs, waits or is registered (bounded)
+    async def collect(self) -> ServerBooks: ...
+
+
+class Backend(Protocol):
+    mode: str
+
+    def run(self, main: Coroutine[Any, Any, Any]) -> Any: ...  # on the event loop this mode needs
+    def serving(self, scenario: Scenario) -> AbstractAsyncContextManager[Server]: ...

@@ -1,0 +1,82 @@
+"""A scenario's clients, planned from its seed: who arrives when, with which prompt and request."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from functools import lru_cache
+
+from harness.scenario import AtOnce, CorpusPrompt, GroupSpec, JoinWhile, Offsets, Poisson, Scenario, Uniform
+from streamlab.models import LoadedModel, load_model
+from streamlab.prompts import shipped_prompts
+from streamlab.sampling import SamplingParams
+
+
+@dataclass
+class PlannedClient:
+    group: GroupSpec
+    index: int
+    at_s: float  # for join_while: seconds after the named group's first token
+    prompt: str
+    request: dict
+    seed: int
+
+
+def arrival_times(arrival, count: int, rng: random.Random) -> list[float]:
+    if isinstance(arrival, AtOnce):
+        return [arrival.at_s] * count
+    if isinstance(arrival, (Uniform, JoinWhile)):
+        return sorted(rng.uniform(arrival.start_s, arrival.end_s) for _ in range(count))
+    if isinstance(arrival, Poisson):
+        t, out = arrival.start_s, []
+        for _ in range(count):
+            t += rng.expovariate(arrival.rate_per_s)
+            out.append(t)
+        return out
+    if isinstance(arrival, Offsets):
+        return [arrival.offsets_s[i % len(arrival.offsets_s)] for i in range(count)]
+    raise TypeError(arrival)
+
+
+def corpus_prompt(tokenizer, rng: random.Random, lo: int, hi: int) -> str:
+    corpus = shipped_prompts()
+    want = rng.randint(lo, hi)
+    ids: list[int] = []
+    start = rng.randrange(len(corpus))
+    for k in range(len(corpus)):
+        ids += tokenizer.encode(corpus[(start + k) % len(corpus)] + " ")
+        if len(ids) >= want:
+            break
+    return tokenizer.decode(ids[:want])
+
+
+def plan(scenario: Scenario, tokenizer) -> list[PlannedClient]:
+    rng = random.Random(scenario.seed)
+    planned = []
+    for group in scenario.groups:
+        times = arrival_times(group.arrival, group.count, rng)
+        for i in range(group.count):
+            prompt = (corpus_prompt(tokenizer, rng, *group.prompt.tokens) if isinstance(group.prompt, CorpusPrompt)
+                      else group.prompt.text)
+            req = group.request.model_dump()
+            if req["seed"] is not None:
+                req["seed"] += i
+            else:
+                req.pop("seed")
+            if not scenario.server.lab:  # lab options only go out when the server allows them
+                req.pop("pad_bytes")
+                req.pop("response_class")
+            planned.append(PlannedClient(group, i, times[i], prompt, req, rng.randrange(2**31)))
+    return planned
+
+
+def sampling_params(request: dict) -> SamplingParams:
+    return SamplingParams(max_new_tokens=request["max_new_tokens"], temperature=request["temperature"],
+                          top_k=request["top_k"], top_p=request["top_p"], seed=request.get("seed"),
+                          ignore_eos=request["ignore_eos"])
+
+
+@lru_cache(maxsize=4)
+def loaded_model(name: str) -> LoadedModel:
+    """Models are deterministic (seeded presets, or weights on disk): one load per process."""
+    return load_model(name)

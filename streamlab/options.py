@@ -1,0 +1,100 @@
+"""The server's options, stated once: `streamlab serve` flags, scenario `server:` fields, and
+the one mapping from their values to a ServiceConfig.
+
+Each option names its default by reading the config dataclasses, so a default lives in
+config.py alone. `streamlab serve` builds its parser from this table; the harness builds its
+`ServerSpec` from it and turns a spec into serve flags (live) or straight into a config
+(simulation) through the same `service_config()`.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from streamlab.config import CacheConfig, EngineConfig, ServiceConfig
+from streamlab.policies import BackpressureConfig, Policy
+
+_SERVICE, _ENGINE, _CACHE, _BACKPRESSURE = ServiceConfig(), EngineConfig(), CacheConfig(), BackpressureConfig()
+
+
+@dataclass(frozen=True)
+class ServeOption:
+    name: str  # the scenario field and the parsed argument's name
+    flag: str
+    type: type
+    default: object
+    help: str
+    choices: tuple[str, ...] | None = None
+    bounds: dict = field(default_factory=dict)  # pydantic Field bounds for the scenario schema: ge, gt
+
+    @property
+    def is_switch(self) -> bool:
+        return self.type is bool
+
+
+SERVE_OPTIONS: tuple[ServeOption, ...] = (
+    ServeOption("model", "--model", str, _SERVICE.model,
+                "preset (tiny, gpt2-small-random), a local GPT-2 folder, or a GPT-2 name already in the HF cache"),
+    ServeOption("policy", "--policy", str, _BACKPRESSURE.policy.value, "who pays for a slow reader",
+                choices=tuple(p.value for p in Policy)),
+    ServeOption("queue_limit", "--queue-limit", int, _BACKPRESSURE.queue_limit,
+                "events queued per stream before the policy acts", bounds={"ge": 1}),
+    ServeOption("stall_timeout_s", "--stall-timeout", float, _BACKPRESSURE.stall_timeout_s,
+                "seconds at the queue limit before drop/pause_then_drop cancel a stream", bounds={"gt": 0}),
+    ServeOption("max_batch", "--max-batch", int, _ENGINE.max_batch, "sequences decoded together", bounds={"ge": 1}),
+    ServeOption("max_prefills_per_step", "--max-prefills-per-step", int, _ENGINE.max_prefills_per_step,
+                "admissions (prefills) per engine step; 0 = as many as slots and blocks allow", bounds={"ge": 0}),
+    ServeOption("first_token", "--first-token", str, _SERVICE.first_token,
+                "send a stream's first token when its own prefill is done, or when the step ends",
+                choices=("prefill", "step")),
+    ServeOption("cache_blocks", "--cache-blocks", int, _CACHE.num_blocks, "KV cache blocks in the pool",
+                bounds={"ge": 1}),
+    ServeOption("block_size", "--block-size", int, _CACHE.block_size, "tokens per cache block", bounds={"ge": 1}),
+    ServeOption("waiting_limit", "--waiting-limit", int, _SERVICE.waiting_limit,
+                "requests waiting for a slot before 429", bounds={"ge": 1}),
+    ServeOption("max_tokens_budget", "--max-tokens-budget", int, _SERVICE.max_tokens_budget,
+                "prompt + max_new_tokens per request", bounds={"ge": 2}),
+    ServeOption("keepalive_s", "--keepalive", float, _SERVICE.keepalive_s,
+                "seconds between keep-alive comments when idle", bounds={"gt": 0}),
+    ServeOption("graceful_timeout_s", "--graceful-timeout", float, _SERVICE.graceful_timeout_s,
+                "seconds running streams may finish after SIGTERM before they are ended", bounds={"ge": 0}),
+    ServeOption("lab", "--lab", bool, _SERVICE.lab, "allow pad_bytes and response_class (measurements only)"),
+)
+OPTIONS_BY_NAME = {o.name: o for o in SERVE_OPTIONS}
+
+
+def add_serve_options(parser: argparse.ArgumentParser) -> None:
+    for o in SERVE_OPTIONS:
+        if o.is_switch:
+            parser.add_argument(o.flag, dest=o.name, action="store_true", help=o.help)
+        else:
+            parser.add_argument(o.flag, dest=o.name, type=o.type, default=o.default, choices=o.choices, help=o.help)
+
+
+def service_config(values: Mapping[str, object]) -> ServiceConfig:
+    """The one mapping from option values (parsed flags or a scenario's server) to a config."""
+    v = {o.name: values.get(o.name, o.default) for o in SERVE_OPTIONS}
+    policy = v["policy"].value if isinstance(v["policy"], Policy) else v["policy"]
+    return ServiceConfig(
+        model=v["model"],
+        engine=EngineConfig(max_batch=v["max_batch"], cache=CacheConfig(v["cache_blocks"], v["block_size"]),
+                            max_prefills_per_step=v["max_prefills_per_step"]),
+        first_token=v["first_token"],
+        backpressure=BackpressureConfig(Policy(policy), v["queue_limit"], v["stall_timeout_s"]),
+        waiting_limit=v["waiting_limit"], max_tokens_budget=v["max_tokens_budget"], keepalive_s=v["keepalive_s"],
+        graceful_timeout_s=v["graceful_timeout_s"], lab=v["lab"])
+
+
+def serve_args(values: Mapping[str, object]) -> list[str]:
+    """Option values as `streamlab serve` flags (every option, so no default is assumed twice)."""
+    args: list[str] = []
+    for o in SERVE_OPTIONS:
+        value = values.get(o.name, o.default)
+        value = value.value if isinstance(value, Policy) else value
+        if o.is_switch:
+            args += [o.flag] if value else []
+        else:
+            args += [o.flag, str(value)]
+    return args

@@ -1,0 +1,207 @@
+"""One step loop, one option mapping, one runner: the simulation runs the service's own code."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from harness import runner
+from harness.live import ServerProcess
+from harness.scenario import ServerSpec, load_by_name
+from harness.simulation import SimStepClock
+from streamlab.engine.engine import BatchEngine
+from streamlab.hub import Hub, WallStepClock
+from streamlab.options import SERVE_OPTIONS, service_config
+from streamlab.policies import Policy
+from streamlab.config import ServiceConfig
+from tests.asgi import running_service
+
+NON_DEFAULT = {"model": "tiny", "policy": Policy.DROP, "queue_limit": 5, "stall_timeout_s": 0.4, "max_batch": 7,
+               "max_prefills_per_step": 3, "first_token": "step", "cache_blocks": 333, "block_size": 8,
+               "waiting_limit": 11, "max_tokens_budget": 555, "keepalive_s": 2.5, "graceful_timeout_s": 1.5,
+               "lab": True}
+
+
+def ctx() -> runner.RunContext:
+    return runner.RunContext(results_dir=None)
+
+
+# ---- one step loop ----
+
+def test_the_step_thread_and_the_simulation_run_the_same_step_loop(monkeypatch, tiny):
+    clocks = []
+    original = Hub.step_loop
+
+    def spy(self, clock):
+        clocks.append(type(clock))
+        return original(self, clock)
+
+    monkeypatch.setattr(Hub, "step_loop", spy)
+    trace, _ = runner.simulate(load_by_name("overlap_4"))
+    async def threaded() -> int:
+        async with running_service(ServiceConfig(), tiny) as svc:
+            reply = await svc.call("/v1/stream", {"prompt": "Return the value", "max_new_tokens": 4,
+                                                  "ignore_eos": True})
+            return len(reply.tokens)
+
+    assert asyncio.run(threaded()) == 4
+    assert clocks == [SimStepClock, WallStepClock]
+    assert trace.steps and sum(s["decoded"] for s in trace.steps) > 0  # the step log is kept in simulation too
+
+
+def test_the_simulation_hands_first_tokens_over_per_prefill_like_the_server():
+    """--first-token prefill: a joiner's first token comes before the end of the step it was prefilled in."""
+    scenario = load_by_name("late_joiners_8")
+    early, _ = runner.simulate(scenario)
+    step = scenario.model_copy(update={"server": scenario.server.model_copy(update={"first_token": "step"})})
+    late, _ = runner.simulate(step)
+    from harness.report import metric_values, percentile
+    assert percentile(metric_values(early.group("joiners"), "ttft_s"), 50) < \
+        percentile(metric_values(late.group("joiners"), "ttft_s"), 50)
+
+
+# ---- a failure is on the trace and fails the run ----
+
+def _broken_step(original):
+    def step(self, on_prefill=None):
+        if self.steps_started >= 5:
+            raise RuntimeError("injected engine fault")
+        return original(self, on_prefill)
+    return step
+
+
+def test_an_engine_failure_in_simulation_is_on_the_trace_and_fails_the_run(monkeypatch):
+    monkeypatch.setattr(BatchEngine, "step", _broken_step(BatchEngine.step))
+    outcome = runner.run_scenario(load_by_name("overlap_4"), "sim", ctx())
+    healthy = next(c for c in outcome.checks if c.name == "healthy")
+    assert not healthy.passed and not outcome.ok
+    assert "Traceback" in outcome.trace.failure and "injected engine fault" in outcome.trace.failure
+
+
+def test_an_engine_failure_live_is_on_the_trace_and_fails_the_run(tmp_path, monkeypatch):
+    # The real `streamlab serve` process, with a fault injected at start-up by sitecustomize.
+    (tmp_path / "sitecustomize.py").write_text(textwrap.dedent("""
+        from streamlab.engine.engine import BatchEngine
+        _original = BatchEngine.step
+        def step(self, on_prefill=None):
+            if self.steps_started >= 5 and self.config.max_batch == 32:  # not the warm-up engine
+                raise RuntimeError("injected engine fault")
+            return _original(self, on_prefill)
+        BatchEngine.step = step
+    """))
+    monkeypatch.setenv("PYTHONPATH", f"{tmp_path}:{sys.path[0]}")
+    outcome = runner.run_scenario(load_by_name("overlap_4"), "live", ctx())
+    healthy = next(c for c in outcome.checks if c.name == "healthy")
+    assert not healthy.passed and "injected engine fault" in (outcome.trace.failure or "")
+
+
+# ---- every server option reaches both modes ----
+
+def test_every_serve_option_is_a_scenario_field_with_the_same_default():
+    assert set(ServerSpec.model_fields) == {o.name for o in SERVE_OPTIONS}
+    spec = ServerSpec()
+    for o in SERVE_OPTIONS:
+        value = getattr(spec, o.name)
+        assert (value.value if isinstance(value, Policy) else value) == o.default, o.name
+
+
+def test_each_option_changes_the_configuration():
+    """No field is dropped on the way: changing it alone changes the config."""
+    assert set(NON_DEFAULT) == set(ServerSpec.model_fields)
+    default = ServerSpec().service_config()
+    for name, value in NON_DEFAULT.items():
+        if name == "model":
+            continue  # one model ships small enough for tests
+        assert ServerSpec(**{name: value}).service_config() != default, name
+
+
+def test_the_live_servers_parsed_configuration_equals_the_simulated_one():
+    spec = ServerSpec(**NON_DEFAULT)
+
+    async def live_config() -> dict:
+        async with ServerProcess(spec.serve_args() + ["--log-level", "warning"]) as server:
+            return await server.get_json("/debug/config")
+
+    simulated = json.loads(json.dumps(dataclasses.asdict(spec.service_config()), default=str))
+    assert asyncio.run(live_config()) == simulated
+    assert service_config({}) == ServerSpec().service_config()  # one set of defaults
+
+
+# ---- one runner: verdicts depend on nothing but the items run ----
+
+def _verdicts(outcomes) -> dict:
+    return {o.scenario.name: [(c.name, c.ok, c.figure) for c in o.checks if c.name != "profile_drift"]
+            for o in outcomes}
+
+
+def test_any_subset_in_any_order_gives_the_same_verdicts():
+    names = ["overlap_4", "overlap_1", "late_joiners_8"]
+    one, two = ctx(), ctx()
+    forward = [runner.run_scenario(load_by_name(n), "sim", one) for n in names]
+    backward = [runner.run_scenario(load_by_name(n), "sim", two) for n in reversed(names)]
+    alone = [runner.run_scenario(load_by_name("overlap_4"), "sim", ctx())]
+    assert _verdicts(forward) == _verdicts(backward)
+    assert _verdicts(alone)["overlap_4"] == _verdicts(forward)["overlap_4"]
+
+
+# ---- the simulated latency gate is tight; drift is caught ----
+
+def test_first_tokens_two_steps_late_fail_the_simulated_gate(monkeypatch):
+    from streamlab.engine.scheduler import Scheduler
+    original = Scheduler.schedule
+
+    def two_steps_late(self, step):
+        held = [s for s in self.waiting if step - self.__dict__.setdefault("_seen", {}).setdefault(s.seq_id, step) < 2]
+        for s in held:
+            self.waiting.remove(s)
+        try:
+            return original(self, step)
+        finally:
+            self.waiting.extend(held)
+
+    assert runner.run_scenario(load_by_name("late_joiners_8"), "sim", ctx()).ok
+    monkeypatch.setattr(Scheduler, "schedule", two_steps_late)
+    outcome = runner.run_scenario(load_by_name("late_joiners_8"), "sim", ctx())
+    gate = next(c for c in outcome.checks if c.name == "regression")
+    assert not gate.passed and "ttft_s_p50" in " ".join(gate.details)
+
+
+def test_a_slower_engine_fails_the_drift_check(monkeypatch):
+    import time
+    original = BatchEngine.step
+
+    def slow(self, on_prefill=None):
+        time.sleep(0.02)  # an engine that got 20 ms slower per step: virtual time never sees it
+        return original(self, on_prefill)
+
+    assert next(c for c in runner.run_scenario(load_by_name("overlap_4"), "sim", ctx()).checks
+                if c.name == "profile_drift").passed
+    monkeypatch.setattr(BatchEngine, "step", slow)
+    outcome = runner.run_scenario(load_by_name("overlap_4"), "sim", ctx())
+    drift = next(c for c in outcome.checks if c.name == "profile_drift")
+    assert not drift.passed and not outcome.ok
+
+
+# ---- the service does not need the harness ----
+
+def test_serve_runs_without_the_harness_or_pytest():
+    code = textwrap.dedent("""
+        import sys
+        sys.modules["pytest"] = None; sys.modules["harness"] = None  # importing either now fails
+        import streamlab.server, streamlab.app
+        from streamlab.cli import main
+        try:
+            main(["serve", "--help"])
+        except SystemExit as exc:
+            assert exc.code == 0
+        assert "harness.cli" not in sys.modules
+    """)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "--max-prefills-per-step" in proc.stdout and "--first-token" in proc.stdout
