@@ -218,7 +218,7 @@ def profile_drift(trace: Trace) -> CheckResult:
                        f"<= {Drift.FAIL:g}x (profile measured on {timing.get('profile_machine') or 'unknown'})")
 
 
-def parity(scenario: Scenario, live: Trace, sim: Trace) -> CheckResult:
+def parity(scenario: Scenario, live: Trace, sim: Trace, judge_timing: bool = True) -> CheckResult:
     """Live and simulation agree on outcomes, token ids and releases exactly, and on each group's
     TTFT and completion p50 within a ratio (the scenario may widen it for some groups, with a reason)."""
     problems, ratios = [], []
@@ -233,7 +233,10 @@ def parity(scenario: Scenario, live: Trace, sim: Trace) -> CheckResult:
                 continue
             ratios.append(f"{name} {metric} {r:.2f}x")
             if not lo <= r <= hi:
-                problems.append(f"{name} {metric} p50 live/sim {r:.2f}x outside [{lo:g}, {hi:g}]")
+                if judge_timing:
+                    problems.append(f"{name} {metric} p50 live/sim {r:.2f}x outside [{lo:g}, {hi:g}]")
+                else:
+                    ratios[-1] += f" (outside [{lo:g}, {hi:g}]: reported, not judged here)"
     for a, b in zip(live.streams, sim.streams):
         n = min(len(a.token_ids), len(b.token_ids))
         if a.token_ids[:n] != b.token_ids[:n]:

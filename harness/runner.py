@@ -40,6 +40,9 @@ class RunContext:
     baselines: dict = field(default_factory=load_baselines)  # the committed latency figures
     solo: dict[str, list[int]] = field(default_factory=dict)  # (model, prompt, request) -> tokens run alone
     traces: dict[tuple[str, str], Trace] = field(default_factory=dict)  # (scenario, mode) -> its latest trace
+    # Whether live/sim timing outside its tolerance fails parity. `scripts/dev main` judges it;
+    # pytest items (CI) report it only, until the cost model holds for every group (issue 10).
+    judge_parity_timing: bool = True
 
 
 def run_trace(scenario: Scenario, backend: Backend, progress=None) -> tuple[Trace, list[PlannedClient]]:
@@ -151,7 +154,7 @@ def run_scenario(scenario: Scenario, mode: str, ctx: RunContext, progress=None) 
     if gate is not None:
         checks.append(gate)
     if mode == "live" and "sim" in scenario.modes:
-        checks.append(parity(scenario, trace, trace_for(scenario, "sim", ctx)))
+        checks.append(parity(scenario, trace, trace_for(scenario, "sim", ctx), ctx.judge_parity_timing))
     if ctx.results_dir is not None:
         from harness.report import timeline_png, write_result
         write_result(trace, checks, ctx.results_dir)
