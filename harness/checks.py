@@ -252,9 +252,6 @@ def parity(scenario: Scenario, live: Trace, sim: Trace, judge_timing: bool = Tru
     return CheckResult("parity", not problems, "; ".join(ratios) or "no timings", bound, problems)
 
 
-PARITY_METRICS = ("ttft_s", "completion_s")
-
-
 def timing_tolerance(scenario: Scenario, group: str) -> list[tuple[str, float, float]]:
     wider = scenario.expect.parity
     use = wider if wider and (not wider.groups or group in wider.groups) else None

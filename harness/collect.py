@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.scenario import SCENARIOS_DIR, Scenario, ScenarioError, load, load_by_name  # noqa: F401
+from harness.scenario import Scenario, ScenarioError, load
 
 MODES = ("sim", "live")
 LIVE_LOCK = Path("results") / ".live.lock"

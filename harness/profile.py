@@ -85,7 +85,6 @@ class StepCostProfile:
         """The same work in the live server: the engine, plus delivering its events."""
         return self.engine_cost(out) + self.per_event_s * (len(out.tokens) + len(out.finished))
 
-    step_cost = served_cost
 
     def save(self, path: Path | None = None) -> Path:
         path = path or PROFILES / f"{self.model}.json"

@@ -9,8 +9,6 @@ import subprocess
 import sys
 import textwrap
 
-import pytest
-
 from harness import runner
 from harness.live import ServerProcess
 from harness.scenario import ServerSpec, load_by_name
