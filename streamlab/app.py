@@ -1,8 +1,10 @@
 """create_app(): routes, the error table, and a lifespan that owns the hub. No engine logic.
 
 Everything that can be refused is refused before the first byte, as JSON:
-{"type": "error", "error": {"type": ..., "message": ...}}. After the stream opens, a
-failure can only be an `error` event.
+{"type": "error", "error": {"type": ..., "message": ...}}, or on the OpenAI routes as OpenAI's
+error object {"error": {"message", "type", "param", "code"}} with the same status. After the
+stream opens, a failure can only be an `error` event (a `data: {"error": ...}` line on the
+OpenAI routes).
 """
 
 from __future__ import annotations
@@ -11,9 +13,10 @@ import asyncio
 import dataclasses
 import json
 import logging
+import time
 from contextlib import asynccontextmanager
 from collections.abc import Callable
-from typing import Literal
+from typing import Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.applications import Starlette
@@ -24,12 +27,14 @@ from starlette.routing import Route
 
 from streamlab.config import CacheConfig, EngineConfig, ServiceConfig
 from streamlab.engine.engine import BatchEngine
-from streamlab.errors import (BodyTooLarge, InvalidJSON, InvalidRequest, NotAllowed, Overloaded, RequestError,
-                              RequestTooLarge, UnsupportedMediaType, http_status)
+from streamlab.errors import (BodyTooLarge, InvalidJSON, InvalidRequest, ModelNotFound, NotAllowed, Overloaded,
+                              RequestError, RequestTooLarge, UnsupportedMediaType, http_status)
 from streamlab.hub import Hub
 from streamlab.metrics import Metrics
 from streamlab.models import LoadedModel, load_model
-from streamlab.responses import HubStreamingResponse, WriteOnlyStreamingResponse
+from streamlab.openai_api import (ChatCompletionRequest, ChunkWriter, CompletionRequest, chat_prompt, error_object,
+                                  full_response, is_openai_path, models_list)
+from streamlab.responses import HubStreamingResponse, WriteOnlyStreamingResponse, openai_body, sse_body
 from streamlab.sampling import SamplingParams
 from streamlab.sse import encode_event
 
@@ -54,18 +59,27 @@ class GenerateRequest(BaseModel):
     response_class: Literal["starlette", "write_only"] = "starlette"
 
 
+Body = TypeVar("Body", bound=BaseModel)
+
+
 def error_response(error_type: str, message: str, status: int, headers: dict | None = None) -> JSONResponse:
     return JSONResponse({"type": "error", "error": {"type": error_type, "message": message}}, status_code=status,
                         headers=headers)
 
 
-def _validation_message(exc: ValidationError) -> str:
+def _validation_problem(exc: ValidationError) -> tuple[str, str | None]:
+    """(message, the field at fault) for a body that failed its schema."""
     first = exc.errors()[0]
-    where = ".".join(str(p) for p in first["loc"]) or "body"
-    return f"{where}: {first['msg']}" + (f" ({len(exc.errors()) - 1} more)" if len(exc.errors()) > 1 else "")
+    where = ".".join(str(p) for p in first["loc"]) or None
+    message = first["msg"].removeprefix("Value error, ")
+    text = (message if where is None or message.startswith(f"{where}:") else f"{where}: {message}")
+    more = len(exc.errors()) - 1
+    param = where or (message.split(":")[0] if ": " in message else None)
+    return text + (f" ({more} more)" if more else ""), param
 
 
-async def read_request(request: Request, config: ServiceConfig) -> GenerateRequest:
+async def read_json(request: Request, config: ServiceConfig) -> dict:
+    """The body as a JSON object, or a refusal (media type, size, syntax) before anything else."""
     media_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if media_type != "application/json":
         raise UnsupportedMediaType(f"content-type must be application/json, got {media_type or 'none'!r}")
@@ -83,16 +97,25 @@ async def read_request(request: Request, config: ServiceConfig) -> GenerateReque
         raise InvalidJSON(f"the body is not valid JSON: {exc}") from None
     if not isinstance(data, dict):
         raise InvalidRequest("the body must be a JSON object")
+    return data
+
+
+def parse_body(schema: type[Body], data: dict) -> Body:
     try:
-        req = GenerateRequest.model_validate(data)
+        return schema.model_validate(data)
     except ValidationError as exc:
-        raise InvalidRequest(_validation_message(exc)) from None
+        message, param = _validation_problem(exc)
+        raise InvalidRequest(message, param) from None
+
+
+async def read_request(request: Request, config: ServiceConfig) -> GenerateRequest:
+    req = parse_body(GenerateRequest, await read_json(request, config))
     if not config.lab and (req.pad_bytes or req.response_class != "starlette"):
         raise NotAllowed("pad_bytes and response_class are lab options; start the server with --lab")
     if req.pad_bytes > config.max_pad_bytes:
-        raise InvalidRequest(f"pad_bytes: at most {config.max_pad_bytes}")
+        raise InvalidRequest(f"pad_bytes: at most {config.max_pad_bytes}", "pad_bytes")
     if any(not s for s in req.stop):
-        raise InvalidRequest("stop: stop strings must not be empty")
+        raise InvalidRequest("stop: stop strings must not be empty", "stop")
     return req
 
 
@@ -104,6 +127,8 @@ def _params(req: GenerateRequest) -> SamplingParams:
 def create_app(config: ServiceConfig = ServiceConfig(), loaded: LoadedModel | None = None,
                clock: Callable[[], float] | None = None, threaded: bool = True) -> Starlette:
     """`clock` and `threaded=False` are for the simulation, which drives the engine on virtual time."""
+    started_at = int(time.time())
+
     @asynccontextmanager
     async def lifespan(app: Starlette):
         model = loaded or load_model(config.model)
@@ -125,39 +150,32 @@ def create_app(config: ServiceConfig = ServiceConfig(), loaded: LoadedModel | No
                            "NOT CLEAN" if problems else "clean", stats["releases"], stats["blocks_free"],
                            stats["blocks_total"], f": {problems}" if problems else "")
 
-    async def open_stream(request: Request):
-        req = await read_request(request, config)
-        hub: Hub = request.state.hub
-        ids = request.state.model.tokenizer.encode(req.prompt)
+    def admit(request: Request, ids: list[int], params: SamplingParams, stops: list[str]):
+        """Check the token budget and open a hub stream: the last refusals before the first byte."""
         if not ids:
-            raise InvalidRequest("prompt: encodes to no tokens")
-        if len(ids) + req.max_new_tokens > config.max_tokens_budget:
-            raise RequestTooLarge(f"prompt ({len(ids)} tokens) plus max_new_tokens ({req.max_new_tokens}) is over "
-                                  f"the budget of {config.max_tokens_budget} tokens")
-        return req, hub, hub.open(ids, _params(req), req.stop)
+            raise InvalidRequest("prompt: encodes to no tokens", "prompt")
+        if len(ids) + params.max_new_tokens > config.max_tokens_budget:
+            raise RequestTooLarge(f"prompt ({len(ids)} tokens) plus max_new_tokens ({params.max_new_tokens}) is "
+                                  f"over the budget of {config.max_tokens_budget} tokens", "max_tokens")
+        hub: Hub = request.state.hub
+        return hub, hub.open(ids, params, stops)
 
     async def stream(request: Request) -> Response:
-        req, hub, s = await open_stream(request)
+        req = await read_request(request, config)
+        hub, s = admit(request, request.state.model.tokenizer.encode(req.prompt), _params(req), req.stop)
         cls = WriteOnlyStreamingResponse if req.response_class == "write_only" else HubStreamingResponse
         try:
-            return cls(hub, s, config.keepalive_s, padding=req.pad_bytes)
+            return cls(hub, s, sse_body(hub, s, config.keepalive_s, req.pad_bytes))
         except BaseException:
             hub.close(s, "internal_error")
             raise
 
     async def generate(request: Request) -> Response:
-        _, hub, s = await open_stream(request)
-        try:
-            collector = asyncio.ensure_future(_collect(hub, s))
-            watcher = asyncio.ensure_future(_wait_for_disconnect(request))
-            done, _ = await asyncio.wait({collector, watcher}, return_when=asyncio.FIRST_COMPLETED)
-            watcher.cancel()
-            if collector not in done:
-                collector.cancel()
-                return Response(status_code=499)  # nobody is listening
-            events = collector.result()
-        finally:
-            hub.close(s, "finished" if s.end_taken else "client_gone")
+        req = await read_request(request, config)
+        hub, s = admit(request, request.state.model.tokenizer.encode(req.prompt), _params(req), req.stop)
+        events = await collect_unless_gone(request, hub, s)
+        if events is None:
+            return Response(status_code=499)  # nobody is listening
         last = events[-1]
         if last.kind == "error":
             err = last.payload["error"]
@@ -166,6 +184,54 @@ def create_app(config: ServiceConfig = ServiceConfig(), loaded: LoadedModel | No
         return JSONResponse({"type": "generation", "id": s.request_id, "text": "".join(t["text"] for t in tokens),
                              "token_ids": [t["token_id"] for t in tokens], **last.payload},
                             headers={"X-Request-ID": s.request_id})
+
+    async def openai_route(request: Request, chat: bool) -> Response:
+        """/v1/completions and /v1/chat/completions: the same admission, hub and cleanup as /v1/stream."""
+        data = await read_json(request, config)
+        loaded: LoadedModel = request.state.model
+        if chat:
+            req = parse_body(ChatCompletionRequest, data)
+            ids = loaded.tokenizer.encode(chat_prompt(req.messages))
+            # Without a limit, what the budget leaves (as vLLM leaves what the context leaves).
+            max_new = req.requested_tokens or max(1, config.max_tokens_budget - len(ids))
+        else:
+            req = parse_body(CompletionRequest, data)
+            prompt = req.prompt_text_or_ids()
+            ids = loaded.tokenizer.encode(prompt) if isinstance(prompt, str) else prompt
+            if any(not 0 <= i < loaded.model.shape.vocab_size for i in ids):
+                raise InvalidRequest(f"prompt: token ids must be in [0, {loaded.model.shape.vocab_size})", "prompt")
+            max_new = req.max_tokens
+        if req.model != loaded.name:
+            raise ModelNotFound(f"the model `{req.model}` does not exist; this server serves `{loaded.name}`",
+                                "model")
+        hub, s = admit(request, ids, req.sampling(max_new), req.stops)
+        if req.stream:
+            writer = ChunkWriter(chat, s.request_id, loaded.name, req.include_usage, req.return_token_ids)
+            try:
+                return HubStreamingResponse(hub, s, openai_body(hub, s, config.keepalive_s, writer, ids))
+            except BaseException:
+                hub.close(s, "internal_error")
+                raise
+        events = await collect_unless_gone(request, hub, s)
+        if events is None:
+            return Response(status_code=499)
+        last = events[-1]
+        if last.kind == "error":
+            err = last.payload["error"]
+            return JSONResponse(error_object(err["type"], err["message"], 503), status_code=503)
+        tokens = [e.payload for e in events if e.kind == "token"]
+        return JSONResponse(full_response(chat, s.request_id, loaded.name, "".join(t["text"] for t in tokens),
+                                          [t["token_id"] for t in tokens], last.payload, req.return_token_ids, ids),
+                            headers={"X-Request-ID": s.request_id})
+
+    async def completions(request: Request) -> Response:
+        return await openai_route(request, chat=False)
+
+    async def chat_completions(request: Request) -> Response:
+        return await openai_route(request, chat=True)
+
+    async def models(request: Request) -> Response:
+        return JSONResponse(models_list(request.state.model.name, started_at))
 
     async def stats(request: Request) -> Response:
         return JSONResponse(request.state.hub.stats())
@@ -220,22 +286,32 @@ def create_app(config: ServiceConfig = ServiceConfig(), loaded: LoadedModel | No
         results = request.state.lab_results
         return JSONResponse({"id": key, "accepted_bytes": results.get(key)}, status_code=200 if key in results else 404)
 
+    def refuse(request: Request, error_type: str, message: str, status: int, headers: dict | None = None,
+               param: str | None = None) -> Response:
+        """Our error envelope, or OpenAI's error object on the OpenAI routes; the same status either way."""
+        if is_openai_path(request.url.path):
+            return JSONResponse(error_object(error_type, message, status, param), status_code=status, headers=headers)
+        return error_response(error_type, message, status, headers)
+
     async def on_request_error(request: Request, exc: RequestError) -> Response:
         request.state.hub.counters["requests_refused"] += 1
         headers = {"Retry-After": "1"} if isinstance(exc, Overloaded) else None
-        return error_response(exc.error_type, str(exc), http_status(exc), headers)
+        return refuse(request, exc.error_type, str(exc), http_status(exc), headers, exc.param)
 
     async def on_http_error(request: Request, exc: HTTPException) -> Response:
         kind = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
-        return error_response(kind, str(exc.detail), exc.status_code, exc.headers)
+        return refuse(request, kind, str(exc.detail), exc.status_code, exc.headers)
 
     async def on_unexpected(request: Request, exc: Exception) -> Response:
         log.exception("unexpected error")
-        return error_response("internal_error", "an internal error occurred", 500)
+        return refuse(request, "internal_error", "an internal error occurred", 500)
 
     routes = [
         Route("/v1/stream", stream, methods=["POST"]),
         Route("/v1/generate", generate, methods=["POST"]),
+        Route("/v1/completions", completions, methods=["POST"]),
+        Route("/v1/chat/completions", chat_completions, methods=["POST"]),
+        Route("/v1/models", models, methods=["GET"]),
         Route("/stats", stats, methods=["GET"]),
         Route("/healthz", healthz, methods=["GET"]),
         Route("/metrics", metrics, methods=["GET"]),
@@ -293,6 +369,21 @@ class FloodResponse(Response):
 
 async def _collect(hub: Hub, stream) -> list:
     return [e async for e in hub.events(stream, keepalive_s=3600) if e is not None]
+
+
+async def collect_unless_gone(request: Request, hub: Hub, stream) -> list | None:
+    """A non-streaming response: every event, or None if the client left first. Closes the stream either way."""
+    try:
+        collector = asyncio.ensure_future(_collect(hub, stream))
+        watcher = asyncio.ensure_future(_wait_for_disconnect(request))
+        done, _ = await asyncio.wait({collector, watcher}, return_when=asyncio.FIRST_COMPLETED)
+        watcher.cancel()
+        if collector not in done:
+            collector.cancel()
+            return None
+        return collector.result()
+    finally:
+        hub.close(stream, "finished" if stream.end_taken else "client_gone")
 
 
 async def _wait_for_disconnect(request: Request) -> None:

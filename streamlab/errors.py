@@ -8,6 +8,7 @@
     │   ├── BodyTooLarge                the body is over the size limit (413)
     │   ├── UnsupportedMediaType        not application/json (415)
     │   ├── NotAllowed                  a lab-only option without --lab (403)
+    │   ├── ModelNotFound               an OpenAI request names a model this server does not serve (404)
     │   ├── DuplicateRequest            request id already known to the engine (409)
     │   ├── Overloaded                  the waiting limit is reached (429, Retry-After)
     │   └── ShuttingDown                the server is draining (503)
@@ -26,6 +27,10 @@ class StreamlabError(Exception):
 
 class RequestError(StreamlabError):
     error_type = "invalid_request"
+
+    def __init__(self, message: str, param: str | None = None) -> None:
+        super().__init__(message)
+        self.param = param  # the request field at fault, when there is one
 
 
 class InvalidJSON(RequestError):
@@ -50,6 +55,10 @@ class UnsupportedMediaType(RequestError):
 
 class NotAllowed(RequestError):
     error_type = "not_allowed"
+
+
+class ModelNotFound(RequestError):
+    error_type = "model_not_found"
 
 
 class Overloaded(RequestError):
@@ -87,6 +96,7 @@ HTTP_STATUS: dict[type[StreamlabError], int] = {
     BodyTooLarge: 413,
     UnsupportedMediaType: 415,
     NotAllowed: 403,
+    ModelNotFound: 404,
     DuplicateRequest: 409,
     Overloaded: 429,
     ShuttingDown: 503,

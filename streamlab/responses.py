@@ -19,6 +19,7 @@ from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from streamlab.hub import Hub, Stream
+from streamlab.openai_api import ChunkWriter
 from streamlab.sse import encode_comment, encode_json_event
 
 KEEPALIVE = encode_comment("keep-alive") + b"\n"
@@ -35,11 +36,30 @@ async def sse_body(hub: Hub, stream: Stream, keepalive_s: float, padding: int) -
         yield encode_json_event(event.kind, event.payload, event_id, padding if event.kind == "token" else 0)
 
 
+async def openai_body(hub: Hub, stream: Stream, keepalive_s: float, writer: ChunkWriter,
+                      prompt_ids: list[int]) -> AsyncIterator[bytes]:
+    """The same events as OpenAI chunks: no event names or ids, `data: [DONE]` at the end."""
+    async for event in hub.events(stream, keepalive_s):
+        if event is None:
+            yield KEEPALIVE
+        elif event.kind == "start":
+            opening = writer.start(prompt_ids)
+            if opening:
+                yield opening
+        elif event.kind == "token":
+            yield writer.token(event.payload)
+        elif event.kind == "done":
+            yield writer.done(event.payload)
+        elif event.kind == "error":
+            yield writer.error(event.payload)
+
+
 class HubStreamingResponse(StreamingResponse):
+    """Streams one hub stream's events, encoded by `body`; every way it ends closes the stream once."""
     media_type = "text/event-stream"
 
-    def __init__(self, hub: Hub, stream: Stream, keepalive_s: float, padding: int = 0) -> None:
-        super().__init__(sse_body(hub, stream, keepalive_s, padding), headers={
+    def __init__(self, hub: Hub, stream: Stream, body: AsyncIterator[bytes]) -> None:
+        super().__init__(body, headers={
             "X-Request-ID": stream.request_id, "Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
         self.hub = hub
         self.stream = stream
