@@ -15,7 +15,7 @@ import torch
 
 from benchmarks.common import spread
 from harness.report import percentile
-from benchmarks.servers import PeerServer, export_folder, ours
+from benchmarks.servers import export_folder, ours, peer_server
 from benchmarks.streams import STREAMLAB, Api, TimedStream, burst, peer_api
 from streamlab.bench_step import _CACHE_ARG
 from streamlab.config import CacheConfig, EngineConfig
@@ -140,7 +140,7 @@ async def run_peer(prompts: list[str], reps: int, log_dir: Path, solo_text: dict
         if n == 32:
             streams_at_32[:] = streams
 
-    async with PeerServer(folder, log_dir) as peer:
+    async with peer_server(folder, log_dir) as peer:
         api = peer_api(str(folder))
         started = time.monotonic() - t0
         await burst(api, peer.port, prompts[:4], 4)  # warm-up: its batching manager starts on first use

@@ -18,6 +18,7 @@ from typing import Any, Protocol
 from harness.clients import Opener
 from harness.plan import PlannedClient
 from harness.scenario import Scenario
+from harness.wire import Wire
 
 
 @dataclass
@@ -31,13 +32,18 @@ class ServerBooks:
     failure: str | None = None  # the step loop's traceback, if it broke
     notes: list[str] = field(default_factory=list)
     step_timing: dict = field(default_factory=dict)  # simulation: real step time against the profile
+    target: dict | None = None  # a target run: what was observed from outside (harness.target_watch)
 
 
 class Server(Protocol):
+    wire: Wire  # how clients speak to this server's API
+
     def clock(self) -> float: ...  # the harness clock: seconds since the run began
     def opener_for(self, planned: PlannedClient) -> Opener: ...
     async def settle(self, drain_s: float) -> None: ...  # until nothing runs, waits or is registered (bounded)
     async def collect(self) -> ServerBooks: ...
+    # Identity references run through this server (None: the runner runs its own engine alone).
+    async def references(self, planned: list[PlannedClient], records: list) -> dict | None: ...
 
 
 class Backend(Protocol):

@@ -11,19 +11,31 @@ from harness.scenario import PARITY_COMPLETION, PARITY_TTFT, BadRequest, Scenari
 @dataclass
 class CheckResult:
     name: str
-    passed: bool
+    passed: bool | None  # None: not observable on this target (never reported as passed)
     figure: str
     bound: str
     details: list[str] = field(default_factory=list)
     expected_to_fail: bool = False
 
     @property
+    def observed(self) -> bool:
+        return self.passed is not None
+
+    @property
     def ok(self) -> bool:
-        """A negative control is ok when its check fails."""
-        return self.passed != self.expected_to_fail
+        """A negative control is ok when its check fails; an unobservable check fails nothing."""
+        return self.passed is None or self.passed != self.expected_to_fail
+
+    @property
+    def verdict(self) -> str:
+        if self.passed is None:
+            return "not observable"
+        return "ok" if self.ok else "FAILED"
 
     def line(self) -> str:
-        verdict = "ok" if self.ok else "FAILED"
+        if self.passed is None:
+            return f"{self.name}: not observable: {self.figure}"
+        verdict = self.verdict
         control = " (negative control: must fail)" if self.expected_to_fail else ""
         detail = f" [{'; '.join(self.details[:3])}]" if self.details and not self.passed else ""
         return f"{self.name}{control}: {verdict}: {self.figure} (bound: {self.bound}){detail}"
@@ -51,15 +63,27 @@ def exactly_once(trace: Trace) -> CheckResult:
     return CheckResult("exactly_once", not problems, figure, "every sequence released exactly once", problems)
 
 
-def identity(trace: Trace, solo: dict[int, list[int]]) -> CheckResult:
-    """solo: stream position in trace.streams -> the same request's tokens run alone."""
+def identity(trace: Trace, solo: dict[int, list[int] | str]) -> CheckResult:
+    """solo: stream position in trace.streams -> the same request run alone: its token ids, or its
+    text where the target's API gives no ids (then the stream's text is compared)."""
     problems, compared = [], 0
+    by_text = 0
     for i, s in enumerate(trace.streams):
-        if i not in solo or not s.token_ids:
+        if i not in solo or not s.token_times:
             continue
-        compared += 1
         expected = solo[i]
         complete = s.finish in ("length", "eos", "stop")
+        if isinstance(expected, str) or not s.token_ids:
+            compared += 1
+            by_text += 1
+            text = expected if isinstance(expected, str) else None
+            if text is None:
+                problems.append(f"{s.group}#{s.index}: the stream carried no token ids to compare")
+            elif (s.text != text) if complete else not text.startswith(s.text):
+                k = next((j for j, (a, b) in enumerate(zip(text, s.text)) if a != b), min(len(text), len(s.text)))
+                problems.append(f"{s.group}#{s.index} text differs from its solo run at character {k}")
+            continue
+        compared += 1
         for k, (a, b) in enumerate(zip(expected, s.token_ids)):
             if a != b:
                 problems.append(f"{s.group}#{s.index} first divergence at token {k}: solo {a}, stream {b}")
@@ -70,29 +94,41 @@ def identity(trace: Trace, solo: dict[int, list[int]]) -> CheckResult:
             if len(s.token_ids) > len(expected) or (complete and not solo_ended):
                 problems.append(f"{s.group}#{s.index}: {len(s.token_ids)} tokens, solo "
                                 f"{'ends at' if solo_ended else 'goes on past'} {len(expected)}")
-    return CheckResult("identity", not problems, f"{compared - len(problems)}/{compared} streams equal their solo run",
+    how = f" ({by_text} by text: no token ids on this target)" if by_text else ""
+    return CheckResult("identity", not problems,
+                       f"{compared - len(problems)}/{compared} streams equal their solo run{how}",
                        "all (a prefix, for streams that ended early)", problems)
 
 
-def _observed_outcome(s, behaviour) -> str:
+def _observed_outcome(s, behaviour, refusals: dict) -> str:
     if isinstance(behaviour, BadRequest) and s.status is not None and s.status != 200:
-        if s.status == behaviour.expect_status and s.error_type == behaviour.expect_error:
+        status, error = refusals.get(behaviour.send, (behaviour.expect_status, behaviour.expect_error))
+        if s.status == status and (error is None or s.error_type == error):
             return "refused"
         return f"refused_{s.status}_{s.error_type}"
     return s.outcome
 
 
 def finish_reasons(scenario: Scenario, trace: Trace) -> CheckResult:
+    """Each group's outcomes. On an OpenAI API an end of text is `stop`, and a target's profile
+    says what it answers to a bad request where that differs from the scenario's expectation."""
     problems, figures = [], []
     behaviours = {g.name: g.behaviour for g in scenario.groups}
+    openai = trace.target is not None and trace.target["api"] != "streamlab"
+    refusals = {k: tuple(v) for k, v in trace.target["refusals"].items()} if openai else {}
     for group in scenario.groups:
         streams = trace.group(group.name)
         got: dict[str, int] = {}
         for s in streams:
-            key = _observed_outcome(s, behaviours[group.name])
+            key = _observed_outcome(s, behaviours[group.name], refusals)
             got[key] = got.get(key, 0) + 1
         figures.append(f"{group.name}: " + ", ".join(f"{k} {v}" for k, v in sorted(got.items())))
         want = scenario.expect.finish_reasons.get(group.name)
+        if want is not None and openai:
+            merged: dict[str, int] = {}
+            for k, v in want.items():
+                merged["stop" if k == "eos" else k] = merged.get("stop" if k == "eos" else k, 0) + v
+            want = merged
         if want is not None and dict(sorted(want.items())) != dict(sorted(got.items())):
             problems.append(f"{group.name}: expected {want}, got {got}")
         elif want is None and ("incomplete" in got or any(k.startswith("refused_") for k in got)):
@@ -168,24 +204,33 @@ def waste(scenario: Scenario, trace: Trace) -> CheckResult:
                        f"({generated}/{read})", f"<= {scenario.expect.waste:g}")
 
 
-def run_checks(scenario: Scenario, trace: Trace, solo: dict[int, list[int]],
+def run_checks(scenario: Scenario, trace: Trace, solo: dict[int, list[int] | str],
                baselines: dict[str, Trace] | None = None) -> list[CheckResult]:
     e = scenario.expect
-    results = [finish_reasons(scenario, trace), healthy(trace)]
+    t = trace.target
+    native = t is None or t["native_books"]  # our own books: every check observable
+    gauges = t is not None and t["gauges"] is not None
+    results = [finish_reasons(scenario, trace), healthy(trace) if native else target_healthy(trace)]
     if trace.mode == "sim":
         results.append(profile_drift(trace))
     if e.leak_free:
-        results.append(leak_free(trace))
+        results.append(leak_free(trace) if native else leak_free_by_gauges(trace) if gauges else
+                       not_observable("leak_free", trace, "no load gauges in its profile"))
     if e.exactly_once:
-        results.append(exactly_once(trace))
+        results.append(exactly_once(trace) if native else
+                       not_observable("exactly_once", trace, "it does not report releases per request"))
     if e.identity:
         results.append(identity(trace, solo))
     if e.latency:
         results.append(latency(scenario, trace, baselines or {}))
     if e.release_within is not None:
-        results.append(release_within(scenario, trace))
+        results.append(release_within(scenario, trace) if native else release_by_gauges(scenario, trace) if gauges
+                       else not_observable("release_within", trace, "no load gauges in its profile"))
     if e.waste is not None:
-        results.append(waste(scenario, trace))
+        results.append(waste(scenario, trace) if native else
+                       not_observable("waste", trace, "it does not report tokens generated per request"))
+    if t is not None:
+        results.append(capacity_restored(trace))
     for r in results:
         r.expected_to_fail = r.name in e.expect_failure
     missing = set(e.expect_failure) - {r.name for r in results}
@@ -264,3 +309,86 @@ def timing_ratio(live: Trace, sim: Trace, group: str, metric: str) -> float | No
     lv = percentile(metric_values(live.group(group), metric), 50)
     sv = percentile(metric_values(sim.group(group), metric), 50)
     return lv / sv if lv and sv else None
+
+
+# ---- a target's checks, from outside (harness.target_watch records what they read) ----
+
+CAPACITY_RATIO, CAPACITY_SLACK_S = 3.0, 0.25  # the live latency gate's noise allowance (harness.baseline)
+
+
+def not_observable(name: str, trace: Trace, why: str) -> CheckResult:
+    return CheckResult(name, None, f"on target {trace.target['name']}: {why}", "not evaluated")
+
+
+def target_healthy(trace: Trace) -> CheckResult:
+    """Outside our books: the target still answers its health route after the run."""
+    health = trace.target["health_after"]
+    if health is None:
+        return not_observable("healthy", trace, "no health route in its profile")
+    return CheckResult("healthy", bool(health), f"health route after the run: {'ok' if health else 'failing'}",
+                       "the target stays healthy", [] if health else ["the target is not healthy after the run"])
+
+
+def leak_free_by_gauges(trace: Trace) -> CheckResult:
+    """The target's own gauges read idle after the run drained: nothing running, waiting or cached."""
+    final = trace.target["final"]
+    if final is None:
+        return CheckResult("leak_free", False, "gauges unreadable after the run", "running, waiting, cache 0",
+                           [trace.target.get("settle_note") or "no reading"])
+    shown = {k: v for k, v in final.items() if v is not None}
+    held = {k: v for k, v in shown.items() if v != 0}
+    return CheckResult("leak_free", not held, ", ".join(f"{k} {v:g}" for k, v in shown.items()),
+                       "every gauge the profile maps reads 0 after the run drains",
+                       [f"{k} still {v:g}" for k, v in held.items()])
+
+
+def release_by_gauges(scenario: Scenario, trace: Trace) -> CheckResult:
+    """After each early close, the first poll at which the target's running + waiting is no more
+    than the streams its clients still hold open: that close's release time, to one poll."""
+    bound = scenario.expect.release_within
+    poll = trace.target["poll_s"]
+    samples = [(t, (r or 0) + (w or 0)) for t, r, w, _ in trace.target["samples"] if r is not None]
+    streams = [s for s in trace.streams if s.sent_at is not None and s.status in (None, 200)]
+
+    def open_at(t: float) -> int:
+        return sum(1 for s in streams if s.sent_at <= t and (s.closed_at or s.ended_at or float("inf")) > t)
+
+    delays, problems = [], []
+    for s in trace.streams:
+        if not s.left_early:
+            continue
+        when = next((t for t, active in samples if t >= s.closed_at and active <= open_at(t)), None)
+        if when is None:
+            problems.append(f"{s.group}#{s.index}: still counted running when the polls ended")
+            continue
+        delays.append(when - s.closed_at)
+        if when - s.closed_at > bound.seconds + poll:
+            problems.append(f"{s.group}#{s.index}: released {(when - s.closed_at) * 1e3:.0f}ms after its close")
+    figure = (f"{len(delays)} early closes timed by polling 'running' every {poll * 1e3:.0f}ms; max "
+              f"{max(delays, default=0.0) * 1e3:.0f}ms after the client's close (steps not observable)")
+    if not any(s.left_early for s in trace.streams):
+        problems.append("no stream left early")
+    return CheckResult("release_within", not problems, figure,
+                       f"<= {bound.seconds * 1e3:g}ms + one poll ({poll * 1e3:.0f}ms)", problems)
+
+
+def capacity_restored(trace: Trace) -> CheckResult:
+    """Any target: N short requests at once before the run and after it drained; a server that
+    leaked slots or cache serves the second probe slower, or not at all."""
+    before, after = trace.target["probe_before"], trace.target["probe_after"]
+    problems = []
+    if after["completed"] < after["clients"]:
+        problems.append(f"after the run only {after['completed']}/{after['clients']} probe requests completed")
+    b, a = before["ttft_p50_s"], after["ttft_p50_s"]
+    if b is None or a is None:
+        problems.append("a probe had no first tokens to time")
+    elif a > CAPACITY_RATIO * b + CAPACITY_SLACK_S:
+        problems.append(f"probe TTFT p50 {a * 1e3:.0f}ms after, {b * 1e3:.0f}ms before")
+    figure = (f"{after['clients']} probe requests: TTFT p50 before {_ms(b)}, after {_ms(a)}; "
+              f"completed {before['completed']}/{before['clients']} before, {after['completed']}/{after['clients']} after")
+    return CheckResult("capacity_restored", not problems, figure,
+                       f"all complete, after <= {CAPACITY_RATIO:g} x before + {CAPACITY_SLACK_S * 1e3:g}ms", problems)
+
+
+def _ms(value: float | None) -> str:
+    return "none" if value is None else f"{value * 1e3:.0f}ms"

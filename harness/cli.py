@@ -23,9 +23,19 @@ def build_parser() -> argparse.ArgumentParser:
     scen_sub = scenario.add_subparsers(dest="scenario_command", required=True)
     run = scen_sub.add_parser("run", help="run one scenario file and print a table per group")
     run.add_argument("file", type=Path)
-    run.add_argument("--mode", choices=["sim", "live"], default="sim")
+    run.add_argument("--mode", choices=["sim", "live"], default=None,
+                     help="default: sim, or live when a --target is given")
     suite = scen_sub.add_parser("suite", help="run every scenario in scenarios/ and print a report")
     suite.add_argument("--mode", choices=["sim", "live", "both"], default="both")
+    for p in (run, suite):
+        p.add_argument("--target", default=None,
+                       help="live runs aim here: streamlab (default), streamlab-openai, streamlab-chat, "
+                            "transformers-serve, or a loopback URL of a running OpenAI-compatible server")
+        p.add_argument("--target-api", choices=["streamlab", "openai-completions", "openai-chat"], default=None)
+        p.add_argument("--target-model", default=None, help="the model name requests carry (default: the served one)")
+        p.add_argument("--target-profile", default=None,
+                       help="what can be observed on the target: vllm, tgi, sglang, llamacpp, llamacpp-slots, "
+                            "transformers-serve, streamlab, generic (default for a URL)")
     suite.add_argument("-k", dest="pattern", default="", help="only scenarios whose name contains this")
     suite.add_argument("--update-baseline", action="store_true",
                        help="write each run's latency figures to scenarios/baselines.json (the CI gate)")
@@ -62,14 +72,22 @@ def main(argv: list[str] | None = None) -> int:
         console.print(f"wrote {profile.save()}")
         return 0
     from harness.runner import RunContext
-    ctx = RunContext()
+    from harness.targets import resolve_target
+    try:
+        target = None if args.target is None else resolve_target(args.target, args.target_api, args.target_model,
+                                                                 args.target_profile)
+    except ValueError as exc:
+        console.print(f"[red]--target: {exc}[/]")
+        return 2
+    ctx = RunContext(target=target)
     if args.scenario_command == "run":
         try:
             scenario = load(args.file)
         except ScenarioError as exc:
             console.print(f"[red]{exc}[/]")
             return 2
-        outcome = _run(console, scenario, args.mode, ctx)
+        mode = args.mode or ("live" if target is not None else "sim")
+        outcome = _run(console, scenario, mode, ctx)
         _print_outcome(console, outcome)
         return 0 if outcome.ok else 1
     return _suite(console, ctx, args.mode, args.pattern, args.update_baseline)
@@ -93,8 +111,14 @@ def _print_outcome(console: Console, outcome) -> None:
 
     console.print(group_table(outcome.trace))
     for check in outcome.checks:
-        colour = "green" if check.ok else "red"
-        console.print(f"  [{colour}]{'ok' if check.ok else 'FAILED'}[/] {check.line()}")
+        colour = "yellow" if not check.observed else "green" if check.ok else "red"
+        console.print(f"  [{colour}]{check.verdict}[/] {check.line()}", highlight=False)
+    evaluated = [c for c in outcome.checks if c.observed]
+    unseen = [c.name for c in outcome.checks if not c.observed]
+    target = outcome.trace.target
+    console.print(f"{outcome.trace.mode}: {len(evaluated)} checks evaluated, {sum(c.ok for c in evaluated)} held, "
+                  f"{sum(not c.ok for c in evaluated)} failed; not observable"
+                  f"{' on ' + target['name'] if target else ''}: {', '.join(unseen) or 'none'}", highlight=False)
 
 
 def _suite(console: Console, ctx, mode: str, pattern: str, update_baseline: bool = False) -> int:
@@ -129,7 +153,7 @@ def _suite(console: Console, ctx, mode: str, pattern: str, update_baseline: bool
                 skipped += 1
                 continue
             outcome = _run(console, scenario, m, ctx)
-            if m == "live" and (scenario.name, "sim") in ctx.traces:
+            if outcome.trace.mode == "live" and (scenario.name, "sim") in ctx.traces:
                 parity_data += parity_rows(scenario, outcome.trace, ctx.traces[(scenario.name, "sim")])
             controls = [c.name for c in outcome.checks if c.expected_to_fail]
             checks = f"{sum(c.ok for c in outcome.checks)}/{len(outcome.checks)}"

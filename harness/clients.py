@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import random
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from harness.scenario import BadRequest, Dropper, GroupSpec, Reader, Sleeper, Stalled
+from harness.wire import StreamlabWire, Wire
 from streamlab.sse import SSEEvent
 
 READ_DEADLINE_S = 120.0  # no single read waits longer than this
@@ -66,24 +66,10 @@ class StreamRecord:
         return "client_left" if self.closed_at is not None else "incomplete"
 
 
-def bad_body(kind: str, prompt: str, budget: int) -> tuple[bytes, dict[str, str]]:
-    json_type = {"content-type": "application/json"}
-    bodies = {
-        "malformed_json": (b'{"prompt": "unterminated', json_type),
-        "wrong_type": (json.dumps({"prompt": prompt, "max_new_tokens": "many"}).encode(), json_type),
-        "unknown_field": (json.dumps({"prompt": prompt, "surprise": True}).encode(), json_type),
-        "too_many_tokens": (json.dumps({"prompt": prompt, "max_new_tokens": budget}).encode(), json_type),
-        "body_too_large": (json.dumps({"prompt": "x" * 70_000}).encode(), json_type),
-        "wrong_content_type": (json.dumps({"prompt": prompt}).encode(), {"content-type": "text/plain"}),
-        "empty_prompt": (json.dumps({"prompt": ""}).encode(), json_type),
-        "lab_option": (json.dumps({"prompt": prompt, "pad_bytes": 1024}).encode(), json_type),
-    }
-    return bodies[kind]
-
-
 class Client:
     def __init__(self, group: GroupSpec, record: StreamRecord, rng: random.Random, clock: Callable[[], float],
-                 on_first_token: Callable[[str], None] | None = None) -> None:
+                 on_first_token: Callable[[str], None] | None = None, wire: Wire = StreamlabWire()) -> None:
+        self.wire = wire
         self.group = group
         self.behaviour = group.behaviour
         self.record = record
@@ -92,39 +78,27 @@ class Client:
         self.on_first_token = on_first_token
 
     def _note(self, events: list[SSEEvent]) -> None:
-        rec = self.record
         now = self.clock()
         for ev in events:
-            data = ev.json() if ev.data.startswith("{") else {}
-            if ev.event == "start":
-                rec.start_at, rec.request_id, rec.prompt_tokens = now, data.get("id"), data.get("prompt_tokens")
-            elif ev.event == "token":
-                if not rec.token_times and self.on_first_token:
-                    self.on_first_token(self.group.name)
-                rec.token_times.append(now)
-                rec.token_ids.append(data["token_id"])
-                rec.text += data["text"]
-            elif ev.event == "done":
-                rec.finish, rec.ended_at = data["finish_reason"], now
-            elif ev.event == "error":
-                rec.finish, rec.ended_at = data["error"]["type"], now
+            first = not self.record.token_times
+            if self.wire.note(self.record, ev, now) and first and self.on_first_token:
+                self.on_first_token(self.group.name)
 
     async def run(self, open_connection: Opener, budget: int) -> None:
         rec = self.record
         behaviour = self.behaviour
         rec.sent_at = self.clock()
         if isinstance(behaviour, BadRequest):
-            body, headers = bad_body(behaviour.send, rec.prompt, budget)
-            conn = await open_connection("/v1/stream", body, headers)
+            body, headers = self.wire.bad(behaviour.send, rec.prompt, budget)
+            conn = await open_connection(self.wire.path, body, headers)
             try:
                 head = await conn.read_head(READ_DEADLINE_S)
                 rec.status, rec.head_at = head.status, self.clock()
-                reply = await conn.read_json(READ_DEADLINE_S)
-                rec.error_type = reply.get("error", {}).get("type")
+                rec.error_type = self.wire.error_type(await self._reply(conn))
             finally:
                 conn.close("fin")
             return
-        conn = await open_connection("/v1/stream", {"prompt": rec.prompt, **rec.request}, None)
+        conn = await open_connection(self.wire.path, self.wire.body(rec.prompt, rec.request), None)
         how = self._close_how()
         try:
             if isinstance(behaviour, Stalled):
@@ -134,9 +108,9 @@ class Client:
             head = await conn.read_head(READ_DEADLINE_S)
             rec.status, rec.head_at = head.status, self.clock()
             if head.status != 200:
-                rec.error_type = (await conn.read_json(READ_DEADLINE_S)).get("error", {}).get("type")
+                rec.error_type = self.wire.error_type(await self._reply(conn))
                 return
-            rec.request_id = head.headers.get("x-request-id")
+            self.wire.on_head(rec, head.headers, rec.head_at)
             if isinstance(behaviour, Reader):
                 while not conn.ended:
                     self._note(await conn.read_events(1, READ_DEADLINE_S))
@@ -155,6 +129,15 @@ class Client:
                 self._close(conn, how)  # leaving on purpose (a dropper's deadline, say)
             elif rec.closed_at is None:
                 conn.close("fin")  # done, or broken: not a client that left
+
+    @staticmethod
+    async def _reply(conn: Connection) -> dict:
+        """A refusal's JSON body; a target may answer with something else (say, plain text)."""
+        try:
+            reply = await conn.read_json(READ_DEADLINE_S)
+        except ValueError:
+            return {}
+        return reply if isinstance(reply, dict) else {}
 
     def _close_how(self) -> str:
         how = getattr(self.behaviour, "close", "fin")
@@ -178,9 +161,9 @@ class Client:
         else:
             after = behaviour.after_tokens
             limit = self.rng.randint(*after) if isinstance(after, tuple) else after
-            while len(rec.token_ids) < limit and not conn.ended:
+            while len(rec.token_times) < limit and not conn.ended:
                 self._note(await conn.read_events(1, READ_DEADLINE_S))
-                if behaviour.read_pause_s and len(rec.token_ids) < limit:
+                if behaviour.read_pause_s and len(rec.token_times) < limit:
                     await asyncio.sleep(behaviour.read_pause_s)
         if not conn.ended or rec.finish is None:
             self._close(conn, how)
@@ -191,7 +174,7 @@ class Client:
 
 
 async def launch(planned, records: list[StreamRecord], scenario, clock: Callable[[], float],
-                 opener_for: Callable[[object], Opener], progress=None) -> None:
+                 opener_for: Callable[[object], Opener], progress=None, wire: Wire = StreamlabWire()) -> None:
     """Run every planned client at its arrival time (join_while: counted from the named group's
     first token), at most `max_clients_at_once` at a time. Shared by simulation and live mode."""
     first_token = {g.name: asyncio.Event() for g in scenario.groups}
@@ -207,7 +190,7 @@ async def launch(planned, records: list[StreamRecord], scenario, clock: Callable
             delay = pc.at_s - clock()
         await asyncio.sleep(max(0.0, delay))
         async with slots:
-            client = Client(pc.group, record, random.Random(pc.seed), clock, lambda g: first_token[g].set())
+            client = Client(pc.group, record, random.Random(pc.seed), clock, lambda g: first_token[g].set(), wire)
             try:
                 await client.run(opener_for(pc), scenario.server.max_tokens_budget)
             except (OSError, asyncio.TimeoutError, ConnectionError) as exc:  # refused at connect, say

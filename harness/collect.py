@@ -22,6 +22,16 @@ LIVE_LOCK = Path("results") / ".live.lock"
 CONTEXT = pytest.StashKey["RunContext"]()
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("streamlab scenarios")
+    group.addoption("--target", default=None, help="live items aim at this target (a name such as "
+                    "transformers-serve or streamlab-openai, or a loopback URL) instead of each scenario's own server")
+    group.addoption("--target-api", default=None, help="with --target URL: openai-completions (default), openai-chat")
+    group.addoption("--target-model", default=None, help="with --target URL: the model name (default: /v1/models)")
+    group.addoption("--target-profile", default=None, help="what the target lets us observe: vllm, tgi, sglang, "
+                    "llamacpp, llamacpp-slots, transformers-serve, generic (default for a URL)")
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "sim: a scenario run in deterministic simulation")
     config.addinivalue_line("markers", "live: a scenario run against the real server through Toxiproxy")
@@ -33,7 +43,12 @@ def run_context(config: pytest.Config):
     from harness.runner import RunContext
 
     if CONTEXT not in config.stash:
-        config.stash[CONTEXT] = RunContext(judge_parity_timing=False)
+        from harness.targets import resolve_target
+
+        target = config.getoption("--target")
+        config.stash[CONTEXT] = RunContext(judge_parity_timing=False, target=None if target is None else resolve_target(
+            target, config.getoption("--target-api"), config.getoption("--target-model"),
+            config.getoption("--target-profile")))
     return config.stash[CONTEXT]
 
 

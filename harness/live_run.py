@@ -1,6 +1,6 @@
-"""Live mode (harness.backend.Backend): `streamlab serve` in its own process on a free loopback
-port, real sockets, and a real toxiproxy-server of the run's own for groups with network
-conditions (one proxy per group, toxics set before any client connects).
+"""Live mode (harness.backend.Backend): `streamlab serve` (or a target: another server) in its
+own process on a free loopback port, real sockets, and a real toxiproxy-server of the run's own
+for groups with network conditions (one proxy per group, toxics set before any client connects).
 
 Times: the harness clock is the event loop's (CLOCK_MONOTONIC), as is the server's hub clock,
 so client closes and server releases are on one time line; both are shifted to start at 0.
@@ -10,15 +10,20 @@ from __future__ import annotations
 
 import asyncio
 from contextlib import asynccontextmanager
+from pathlib import Path
 
 from harness.backend import ServerBooks
 from harness.faults import Faults, ProxyHandle, ToxiproxyServer, find_binary
-from harness.live import ServerProcess
+from harness.live import RunningServer, ServerProcess, TargetProcess, export_folder
 from harness.plan import PlannedClient
 from harness.rawhttp import RawExchange
 from harness.scenario import Scenario, Sleeper
+from harness.target_watch import TargetWatch
+from harness.targets import TARGETS, Target
+from harness.wire import Wire, wire_for
 
 RUN_DEADLINE_S = 600.0
+EXPORTS = Path("results") / "targets"  # models exported for targets that load transformers folders
 
 
 def needs_proxy(scenario: Scenario) -> bool:
@@ -39,19 +44,20 @@ async def _toggle(faults: Faults, handle: ProxyHandle, at_s: float, for_s: float
 
 
 class LiveServer:
-    """One scenario's server process and proxies (harness.backend.Server)."""
+    """One scenario's server (ours, or a target) and its proxies (harness.backend.Server)."""
 
-    def __init__(self, process: ServerProcess, proxies: dict[str, ProxyHandle]) -> None:
-        self.process, self.proxies = process, proxies
+    def __init__(self, endpoint, proxies: dict[str, ProxyHandle], wire: Wire, target: Target) -> None:
+        self.endpoint, self.proxies, self.wire, self.target = endpoint, proxies, wire, target
         self.loop = asyncio.get_running_loop()
         self.base = self.loop.time()
         self.books: ServerBooks | None = None  # what collect() saw; the shutdown adds its own findings
+        self.watch = TargetWatch(self) if not target.default else None
 
     def clock(self) -> float:
         return self.loop.time() - self.base
 
     def opener_for(self, pc: PlannedClient):
-        port = self.proxies[pc.group.name].listen_port if pc.group.name in self.proxies else self.process.port
+        port = self.proxies[pc.group.name].listen_port if pc.group.name in self.proxies else self.endpoint.port
         behaviour = pc.group.behaviour
         rcvbuf = behaviour.recv_buffer_bytes if isinstance(behaviour, Sleeper) else None
 
@@ -60,42 +66,81 @@ class LiveServer:
         return opener
 
     async def settle(self, drain_s: float) -> None:
-        await self.process.settle(drain_s)
+        if self.target.profile_spec.native_books:
+            await self.endpoint.settle(drain_s)
+        if self.watch is not None:
+            await self.watch.settle(drain_s)
 
     async def collect(self) -> ServerBooks:
-        stats = await self.process.get_json("/stats")
-        releases = await self.process.get_json("/debug/releases")
+        if self.target.profile_spec.native_books:
+            books = await self._native_books()
+        else:
+            books = ServerBooks({}, [], [], [])
+        if self.watch is not None:
+            books.target = await self.watch.finish()
+        self.books = books
+        return books
+
+    async def references(self, planned, records) -> dict[int, list[int] | str] | None:
+        """Identity references run alone through the same target; None: the runner's own engine."""
+        if self.watch is None or self.target.profile_spec.native_books:
+            return None
+        return await self.watch.solo(planned, records)
+
+    async def _native_books(self) -> ServerBooks:
+        endpoint = self.endpoint
+        stats = await endpoint.get_json("/stats")
+        releases = await endpoint.get_json("/debug/releases")
         stats["closed_streams"] = releases.get("closed_streams", [])  # peak queue per stream
-        invariants = (await self.process.get_json("/debug/invariants"))["violations"]
-        steps = (await self.process.get_json("/debug/steps"))["steps"]
+        invariants = (await endpoint.get_json("/debug/invariants"))["violations"]
+        steps = (await endpoint.get_json("/debug/steps"))["steps"]
         for r in releases["releases"]:
             r["released_at"] -= self.base
             if r["closed_at"] is not None:
                 r["closed_at"] -= self.base
         for s in steps:
             s["began"] -= self.base
-        self.books = ServerBooks(stats, releases["releases"], invariants, releases["ledger_problems_when_idle"],
-                                 steps, stats.get("failure"))
-        return self.books
+        return ServerBooks(stats, releases["releases"], invariants, releases["ledger_problems_when_idle"], steps,
+                           stats.get("failure"))
 
 
 class LiveBackend:
-    """Real processes and sockets; each run starts (and stops) its own server and Toxiproxy."""
-    mode = "live"
+    """Real processes and sockets; each run starts (and stops) its own server and Toxiproxy.
+
+    With a target, the clients aim at that server instead (started from its command, or one
+    already running at its URL), through the same Toxiproxy, speaking its API."""
+
+    def __init__(self, target: Target | None = None) -> None:
+        self.target = target or TARGETS["streamlab"]
+        self.mode = "live" if self.target.default else f"live@{self.target.name}"
 
     def run(self, main):
         return asyncio.run(asyncio.wait_for(main, RUN_DEADLINE_S))
 
+    def _endpoint(self, scenario: Scenario):
+        t = self.target
+        if t.own_server:
+            return ServerProcess(scenario.server.serve_args() + ["--log-level", "warning"]), scenario.server.model
+        if t.url is not None:
+            return RunningServer(t.port, t.health), t.model
+        folder = export_folder(scenario.server.model, EXPORTS / f"{scenario.server.model}-hf")
+        fill = {"model_dir": str(folder), "model": scenario.server.model}
+        return TargetProcess(t.name, t.command, fill, t.health, t.start_deadline_s), t.model or str(folder)
+
     @asynccontextmanager
     async def serving(self, scenario: Scenario):
         loop = asyncio.get_running_loop()
-        process = ServerProcess(scenario.server.serve_args() + ["--log-level", "warning"])
-        await process.start()
+        endpoint, model = self._endpoint(scenario)
+        await endpoint.start()
         toxiproxy: ToxiproxyServer | None = None
         faults: Faults | None = None
         toggles: list[asyncio.Task] = []
         server: LiveServer | None = None
         try:
+            if model is None:  # a running server: ask it what it serves
+                model = (await endpoint.get_json("/v1/models"))["data"][0]["id"]
+            profile = self.target.profile_spec
+            wire = wire_for(self.target.api, model, profile.request_extra, profile.ignore_eos)
             proxies: dict[str, ProxyHandle] = {}
             if needs_proxy(scenario):
                 toxiproxy = await asyncio.to_thread(ToxiproxyServer().start)
@@ -103,8 +148,11 @@ class LiveBackend:
                 for g in scenario.groups:
                     if g.network and not g.network.direct:
                         proxies[g.name] = await asyncio.to_thread(faults.create_proxy, f"{scenario.name}__{g.name}",
-                                                                  process.port, g.network.toxics)
-            server = LiveServer(process, proxies)  # the run's clock starts now
+                                                                  endpoint.port, g.network.toxics)
+            server = LiveServer(endpoint, proxies, wire, self.target)
+            if server.watch is not None:
+                await server.watch.begin(scenario)  # the capacity probe, then the gauge poller
+            server.base = loop.time()  # the run's clock starts now
             for g in scenario.groups:
                 for down in (g.network.down if g.network and g.name in proxies else []):
                     toggles.append(loop.create_task(_toggle(faults, proxies[g.name], down.at_s, down.for_s)))
@@ -114,7 +162,9 @@ class LiveBackend:
         finally:
             for t in toggles:
                 t.cancel()
-            code = process.stop()
+            if server is not None and server.watch is not None:
+                server.watch.cancel()
+            code = endpoint.stop()
             if faults is not None:
                 faults.close()
             if toxiproxy is not None:
@@ -122,6 +172,6 @@ class LiveBackend:
             books = server.books if server is not None else None
             if books is not None:
                 if code not in (None, 0, -15):
-                    books.notes.append(f"streamlab serve exited with {code}: {process.log_tail()}")
-                if "NOT CLEAN" in process.log_tail(50):
+                    books.notes.append(f"{endpoint.name} exited with {code}: {endpoint.log_tail()}")
+                if "NOT CLEAN" in endpoint.log_tail(50):
                     books.invariants.append("server reported an unclean engine at shutdown")

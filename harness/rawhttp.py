@@ -115,7 +115,7 @@ class RawExchange:
             self.ended = True
             got.extend(self.parser.close())
 
-    async def read_json(self, timeout_s: float = 30.0) -> dict:
+    async def read_body(self, timeout_s: float = 30.0) -> bytes:
         await self.read_head(timeout_s)
         while not self.ended:
             event = await self._next(timeout_s)
@@ -123,7 +123,10 @@ class RawExchange:
                 self.body += event.data
             elif isinstance(event, h11.EndOfMessage):
                 self.ended = True
-        return json.loads(self.body)
+        return bytes(self.body)
+
+    async def read_json(self, timeout_s: float = 30.0) -> dict:
+        return json.loads(await self.read_body(timeout_s))
 
     def close_fin(self) -> None:
         """An orderly close: the server reads end-of-file."""

@@ -29,6 +29,8 @@ class Trace:
     failure: str | None = None  # the server's step loop broke: its traceback
     steps: list[dict] = field(default_factory=list)  # the step loop's log (began, seconds, prefilled, decoded)
     step_timing: dict = field(default_factory=dict)  # simulation: real step times against the profile
+    target: dict | None = None  # a target run: what was observed from outside (harness.target_watch)
+    references: dict = field(default_factory=dict)  # stream index -> its request run alone through the target
 
     def to_json(self) -> str:
         data = asdict(self)
@@ -90,7 +92,7 @@ def group_table(trace: Trace) -> Table:
             values = metric_values(streams, metric)
             cells.append(f"{_ms(percentile(values, 50))}/{_ms(percentile(values, 99))}")
         table.add_row(name, str(len(streams)), ", ".join(f"{k} {v}" for k, v in outcomes(streams).items()), *cells,
-                      str(sum(len(s.token_ids) for s in streams)))
+                      str(sum(len(s.token_times) for s in streams)))
     return table
 
 

@@ -22,6 +22,7 @@ from harness.live_run import LiveBackend
 from harness.plan import PlannedClient, loaded_model, plan, sampling_params
 from harness.report import Trace
 from harness.scenario import Scenario, load_by_name
+from harness.targets import Target
 from harness.simulation import SimBackend
 from streamlab.config import CacheConfig, EngineConfig
 from streamlab.detokenizer import TextStream, token_byte_table
@@ -43,6 +44,16 @@ class RunContext:
     # Whether live/sim timing outside its tolerance fails parity. `scripts/dev main` judges it;
     # pytest items (CI) report it only, until the cost model holds for every group (issue 10).
     judge_parity_timing: bool = True
+    target: Target | None = None  # --target: live runs aim here instead of each scenario's own
+
+    def live_mode(self, scenario: Scenario) -> str:
+        """The mode a scenario's live run has in this session: `live`, or `live@<target>`."""
+        target = self.target or scenario.target
+        if target is None or target.default:
+            return "live"
+        mode = f"live@{target.name}"
+        self.backends.setdefault(mode, LiveBackend(target))
+        return mode
 
 
 def run_trace(scenario: Scenario, backend: Backend, progress=None) -> tuple[Trace, list[PlannedClient]]:
@@ -53,13 +64,15 @@ def run_trace(scenario: Scenario, backend: Backend, progress=None) -> tuple[Trac
 
     async def main() -> Trace:
         async with backend.serving(scenario) as server:
-            await launch(planned, records, scenario, server.clock, server.opener_for, progress)
+            await launch(planned, records, scenario, server.clock, server.opener_for, progress, server.wire)
             end = server.clock()
             await server.settle(scenario.drain_s)
             books = await server.collect()
+            references = await server.references(planned, records)
         return Trace(scenario.name, backend.mode, scenario.seed, scenario.model_dump(mode="json"), records,
                      books.stats, books.releases, books.invariants, books.ledger_problems, duration_s=end,
-                     notes=books.notes, failure=books.failure, steps=books.steps, step_timing=books.step_timing)
+                     notes=books.notes, failure=books.failure, steps=books.steps, step_timing=books.step_timing,
+                     target=books.target, references=references or {})
 
     t0 = time.perf_counter()
     trace = backend.run(main())
@@ -130,13 +143,21 @@ def trace_for(scenario: Scenario, mode: str, ctx: RunContext) -> Trace:
 
 
 def run_scenario(scenario: Scenario, mode: str, ctx: RunContext, progress=None) -> Outcome:
-    """Run and judge one scenario in one mode. progress(done, total) is called as clients finish."""
+    """Run and judge one scenario in one mode ("sim" or "live"; "live" aims at the session's or
+    the scenario's target). progress(done, total) is called as clients finish."""
+    if mode == "live":
+        mode = ctx.live_mode(scenario)
     if mode not in ctx.backends:
         raise ValueError(f"unknown mode {mode!r}")
     trace, planned = run_trace(scenario, ctx.backends[mode], progress)
     ctx.traces[(scenario.name, mode)] = trace
     loaded = loaded_model(scenario.server.model)
-    solo = solo_runs(scenario, loaded, planned, trace.streams, ctx.solo) if scenario.expect.identity else {}
+    if not scenario.expect.identity:
+        solo = {}
+    elif trace.references:
+        solo = trace.references
+    else:
+        solo = solo_runs(scenario, loaded, planned, trace.streams, ctx.solo)
     baselines = {}
     for bound in scenario.expect.latency:
         name = bound.baseline_scenario

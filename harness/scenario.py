@@ -12,6 +12,7 @@ from typing import Annotated, Literal, Union
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, model_validator
 
+from harness.targets import Target
 from streamlab.config import ServiceConfig
 from streamlab.options import SERVE_OPTIONS, ServeOption, serve_args, service_config
 from streamlab.policies import Policy
@@ -275,7 +276,8 @@ class ReleaseWithin(Strict):
     seconds: float = Field(0.25, gt=0)
 
 
-CheckName = Literal["leak_free", "exactly_once", "identity", "finish_reasons", "latency", "release_within", "waste"]
+CheckName = Literal["leak_free", "exactly_once", "identity", "finish_reasons", "latency", "release_within", "waste",
+                    "capacity_restored", "healthy"]
 
 
 Ratio = tuple[Annotated[float, Field(gt=0)], Annotated[float, Field(gt=0)]]
@@ -315,6 +317,8 @@ class Scenario(Strict):
     expect: Expectations = Field(default_factory=Expectations)
     drain_s: float = Field(30.0, gt=0, description="how long to wait for the server to drain after the clients")
     max_clients_at_once: int | None = Field(None, ge=1, description="clients past this wait for one to finish")
+    target: Target | None = Field(None, description="live: the server to aim at (default: this scenario's own "
+                                                    "streamlab serve); --target overrides it")
 
     @model_validator(mode="after")
     def _references(self) -> "Scenario":

@@ -23,6 +23,7 @@ from harness.clock import run_virtual
 from harness.plan import PlannedClient, loaded_model
 from harness.profile import StepCostProfile, load_profile
 from harness.scenario import BandwidthToxic, GroupSpec, LatencyToxic, Scenario
+from harness.wire import StreamlabWire
 from streamlab.app import create_app
 from streamlab.engine.engine import StepOutput
 from streamlab.hub import Hub, Wait
@@ -288,6 +289,7 @@ def sim_network(group: GroupSpec) -> tuple[float, float | None]:
 
 class SimServer:
     """One scenario's app and hub on virtual time (harness.backend.Server)."""
+    wire = StreamlabWire()
 
     def __init__(self, app, state: dict, profile: StepCostProfile, clock: SimStepClock) -> None:
         self.app, self.state, self.profile, self.step_clock = app, state, profile, clock
@@ -330,6 +332,9 @@ class SimServer:
                            hub.engine.check_released(),
                            [{"began": b, "seconds": d, "prefilled": p, "decoded": n} for b, d, p, n in hub.step_log],
                            hub.failure_traceback, step_timing=timing)
+
+    async def references(self, planned, records) -> None:
+        return None  # the runner runs each request alone on its own engine
 
 
 class SimBackend:

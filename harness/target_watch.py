@@ -1,0 +1,175 @@
+"""What a target run observes from outside the server: a capacity probe before and after,
+its load gauges polled through the run, its health afterwards, and identity references run
+alone through the same target. Records only; harness.checks judges.
+
+The poller reads the profile's gauges every POLL_S straight from the server (not through
+Toxiproxy): that is the resolution of every release time measured this way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+from harness.rawhttp import RawExchange
+from harness.report import percentile
+from harness.targets import GaugeReading, read_gauges
+
+POLL_S = 0.025
+PROBE_PROMPT = "Return the number of items in the container."
+PROBE_TOKENS = 4
+PROBE_DEADLINE_S = 60.0
+SOLO_DEADLINE_S = 120.0
+
+
+class TargetWatch:
+    def __init__(self, server) -> None:  # a harness.live_run.LiveServer
+        self.server = server
+        self.profile = server.target.profile_spec
+        self.samples: list[tuple[float, float | None, float | None, float | None]] = []
+        self.poll_errors = 0
+        self.poller: asyncio.Task | None = None
+        self.probes: dict[str, dict] = {}
+        self.probe_size = 1
+        self.settle_note: str | None = None
+
+    # ---- before the clients ----
+
+    async def begin(self, scenario) -> None:
+        self.probe_size = self.server.target.probe_clients or scenario.server.max_batch
+        await self.probe("warm_up")  # a fresh server's first requests pay for its warm-up
+        self.probes["before"] = await self.probe("before")
+        if self.profile.gauges is not None:
+            self.poller = asyncio.get_running_loop().create_task(self._poll())
+
+    async def probe(self, label: str) -> dict:
+        """N short greedy requests at once, straight to the server: their TTFT p50 and outcomes."""
+        body = self.server.wire.body(PROBE_PROMPT, {"max_new_tokens": PROBE_TOKENS, "temperature": 0.0,
+                                                    "top_k": 0, "top_p": 1.0, "stop": [], "ignore_eos": True})
+        results = await asyncio.gather(*(self._one_probe(body) for _ in range(self.probe_size)))
+        ttfts = [t for t, ok in results if ok and t is not None]
+        return {"label": label, "clients": self.probe_size, "completed": sum(1 for _, ok in results if ok),
+                "ttft_p50_s": percentile(ttfts, 50)}
+
+    async def _one_probe(self, body: dict) -> tuple[float | None, bool]:
+        t0 = time.monotonic()
+        first = None
+        try:
+            ex = await RawExchange.open("127.0.0.1", self.server.endpoint.port, "POST", self.server.wire.path, body)
+        except OSError:
+            return None, False
+        record = _Scratch()
+        try:
+            deadline = t0 + PROBE_DEADLINE_S
+            head = await ex.read_head(PROBE_DEADLINE_S)
+            if head.status != 200:
+                return None, False
+            while not ex.ended and time.monotonic() < deadline:
+                for ev in await ex.read_events(1, timeout_s=PROBE_DEADLINE_S):
+                    if self.server.wire.note(record, ev, time.monotonic()) and first is None:
+                        first = time.monotonic() - t0
+            return first, record.finish is not None and ex.ended
+        except (OSError, asyncio.TimeoutError, ValueError):
+            return first, False
+        finally:
+            ex.close_fin()
+
+    # ---- through the run ----
+
+    async def read(self) -> GaugeReading | None:
+        gauges = self.profile.gauges
+        if gauges is None:
+            return None
+        return read_gauges(await self.server.endpoint.get_body(gauges.path), gauges)
+
+    async def _poll(self) -> None:
+        while True:
+            try:
+                r = await self.read()
+                self.samples.append((self.server.clock(), r.running, r.waiting, r.cache_in_use))
+            except (OSError, asyncio.TimeoutError, ValueError):
+                self.poll_errors += 1
+            await asyncio.sleep(POLL_S)
+
+    async def settle(self, drain_s: float) -> None:
+        """Until the gauges read idle (bounded); without gauges there is nothing to wait on."""
+        if self.profile.gauges is None:
+            self.settle_note = "no load gauges on this target: the run was not waited on to drain"
+            return
+        deadline = time.monotonic() + drain_s
+        while time.monotonic() < deadline:
+            try:
+                if (await self.read()).idle:
+                    return
+            except (OSError, asyncio.TimeoutError, ValueError):
+                pass
+            await asyncio.sleep(POLL_S)
+        self.settle_note = f"the gauges did not read idle within {drain_s:g}s"
+
+    def cancel(self) -> None:
+        if self.poller is not None:
+            self.poller.cancel()
+
+    # ---- after the run ----
+
+    async def finish(self) -> dict:
+        self.cancel()
+        final = None
+        try:
+            final = await self.read()
+        except (OSError, asyncio.TimeoutError, ValueError) as exc:
+            self.settle_note = f"the gauges could not be read after the run: {exc}"
+        health = None
+        if self.server.target.health is not None:
+            try:
+                health = await self.server.endpoint.is_healthy()
+            except (OSError, asyncio.TimeoutError, ValueError):
+                health = False
+        health = health if self.server.endpoint.alive() else False
+        self.probes["after"] = await self.probe("after")
+        t = self.server.target
+        return {"name": t.name, "profile": t.profile, "api": t.api, "native_books": self.profile.native_books,
+                "gauges": self.profile.gauges.model_dump() if self.profile.gauges else None,
+                "token_ids": self.profile.token_ids, "refusals": {k: list(v) for k, v in self.profile.refusals.items()},
+                "poll_s": POLL_S, "poll_errors": self.poll_errors, "samples": self.samples,
+                "final": None if final is None else vars(final), "health_after": health,
+                "probe_before": self.probes.get("before"), "probe_after": self.probes["after"],
+                "settle_note": self.settle_note}
+
+    async def solo(self, planned, records) -> dict[int, list[int] | str]:
+        """Each greedy stream's request run alone through the same target (once per distinct request):
+        its token ids where the API gives them, its text otherwise."""
+        wire = self.server.wire
+        out: dict[int, list[int] | str] = {}
+        done: dict[str, list[int] | str] = {}
+        for i, pc in enumerate(planned):
+            rec = records[i]
+            if pc.group.behaviour.kind == "bad_request" or pc.request["temperature"] != 0 or not rec.token_times:
+                continue
+            key = json.dumps([pc.prompt, pc.request], sort_keys=True)
+            if key not in done:
+                scratch = _Scratch()
+                ex = await RawExchange.open("127.0.0.1", self.server.endpoint.port, "POST", wire.path,
+                                            wire.body(pc.prompt, pc.request))
+                try:
+                    head = await ex.read_head(SOLO_DEADLINE_S)
+                    if head.status == 200:
+                        while not ex.ended:
+                            for ev in await ex.read_events(1, timeout_s=SOLO_DEADLINE_S):
+                                wire.note(scratch, ev, 0.0)
+                finally:
+                    ex.close_fin()
+                done[key] = scratch.token_ids if self.profile.token_ids and scratch.token_ids else scratch.text
+            out[i] = done[key]
+        return out
+
+
+class _Scratch:
+    """A throwaway record for the wire to fill (probes and references)."""
+
+    def __init__(self) -> None:
+        self.request_id = self.start_at = self.prompt_tokens = self.finish = self.ended_at = None
+        self.token_times: list[float] = []
+        self.token_ids: list[int] = []
+        self.text = ""

@@ -1,0 +1,191 @@
+"""Targets: the server a live run aims at, and what can be observed on it. No sockets here.
+
+    Target     where the server is (our own `streamlab serve`, a command we start, or a URL
+               already serving on loopback), which API the clients speak, which model they name
+    Profile    what a kind of server lets us see from outside: its gauges for "running",
+               "waiting" and "cache in use" (Prometheus text or llama.cpp's /slots), whether its
+               API returns token ids, what it answers to each bad request, and which request
+               fields it needs to generate past an end-of-text token
+
+Every check on a target is evaluated or reported "not observable"; a profile decides which.
+`streamlab` is the reference profile: its own books (/stats, /debug/releases) make every
+check observable. The others were written from each project's documented metrics; which of
+them were run against a real server is in docs/TARGETS.md.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Literal
+from urllib.parse import urlsplit
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+Api = Literal["streamlab", "openai-completions", "openai-chat"]
+
+
+class Strict(BaseModel):  # harness.scenario's base, not imported from there: scenario.py imports this module
+    model_config = ConfigDict(extra="forbid")
+Gauge = Literal["running", "waiting", "cache_in_use"]
+
+
+class Gauges(Strict):
+    """Where a server reports its load: series names (summed over label sets) or llama.cpp's /slots."""
+    source: Literal["prometheus", "llamacpp_slots"] = "prometheus"
+    path: str = "/metrics"
+    running: str | None = None
+    waiting: str | None = None
+    cache_in_use: str | None = None
+
+
+class Profile(Strict):
+    name: str
+    description: str
+    native_books: bool = False  # streamlab's /stats, /debug/releases, /debug/invariants
+    gauges: Gauges | None = None
+    health_path: str | None = "/health"
+    token_ids: bool = False  # the API returns token ids (with `request_extra`), so identity compares ids
+    ignore_eos: Literal["field", "none"] = "field"  # "field": send ignore_eos; "none": request_extra says it
+    request_extra: dict = Field(default_factory=dict, description="fields added to every OpenAI request")
+    refusals: dict[str, tuple[int, str | None]] = Field(
+        default_factory=dict, description="bad request kind -> (status, error) this target answers on the "
+                                          "OpenAI routes, where it differs from what the scenario expects")
+    ran_here: bool = False  # run against a real server by this project's tests (the rest only parsed)
+
+
+PROFILES: dict[str, Profile] = {p.name: p for p in [
+    Profile(name="streamlab", description="our own server: every check observable from its books",
+            native_books=True, health_path="/healthz", token_ids=True, ran_here=True,
+            gauges=Gauges(running="streamlab_running", waiting="streamlab_waiting",
+                          cache_in_use="streamlab_blocks_reserved"),
+            request_extra={"return_token_ids": True},
+            # `pad_bytes` is a lab field of /v1/stream only: the OpenAI routes refuse it as unknown.
+            refusals={"lab_option": (422, "invalid_request")}),
+    Profile(name="transformers-serve", ran_here=True,
+            description="`transformers serve --continuous-batching`: no load gauges, text only",
+            ignore_eos="none", request_extra={"generation_config": json.dumps({"eos_token_id": -1})}),
+    Profile(name="vllm", description="vLLM's OpenAI server: /metrics gauges; token ids with return_token_ids",
+            token_ids=True, request_extra={"return_token_ids": True},
+            gauges=Gauges(running="vllm:num_requests_running", waiting="vllm:num_requests_waiting",
+                          cache_in_use="vllm:kv_cache_usage_perc")),
+    Profile(name="tgi", description="text-generation-inference: queue and batch gauges, no cache gauge",
+            ignore_eos="none",
+            gauges=Gauges(running="tgi_batch_current_size", waiting="tgi_queue_size")),
+    Profile(name="sglang", description="SGLang (--enable-metrics): running, queue and token usage gauges",
+            gauges=Gauges(running="sglang:num_running_reqs", waiting="sglang:num_queue_reqs",
+                          cache_in_use="sglang:token_usage")),
+    Profile(name="llamacpp", description="llama.cpp's llama-server (--metrics): processing and deferred",
+            gauges=Gauges(running="llamacpp:requests_processing", waiting="llamacpp:requests_deferred",
+                          cache_in_use="llamacpp:kv_cache_tokens")),
+    Profile(name="llamacpp-slots", description="llama.cpp's llama-server /slots: slots processing",
+            gauges=Gauges(source="llamacpp_slots", path="/slots", running="is_processing")),
+    Profile(name="generic", description="any OpenAI-compatible server: only what a client sees",
+            health_path=None),
+]}
+
+
+class Target(Strict):
+    """A scenario's `target:` block, or `--target`. Without url or command: the scenario's own server."""
+    name: str = "streamlab"
+    profile: str = "streamlab"
+    api: Api = "streamlab"
+    url: str | None = Field(None, description="a server already running on loopback, e.g. http://127.0.0.1:8000")
+    command: list[str] | None = Field(None, description="starts the server; {port}, {model_dir}, {model} are "
+                                                        "filled in ({model_dir}: the scenario's model exported)")
+    model: str | None = Field(None, description="the model name requests carry; default: the served one")
+    health_path: str | None = Field(None, description="default: the profile's")
+    start_deadline_s: float = Field(180.0, gt=0)
+    probe_clients: int | None = Field(None, ge=1, description="capacity probe size; default: the scenario's "
+                                                              "max_batch")
+
+    @model_validator(mode="after")
+    def _check(self) -> "Target":
+        if self.profile not in PROFILES:
+            raise ValueError(f"profile: unknown profile {self.profile!r}; expected one of {sorted(PROFILES)}")
+        if self.url is not None and self.command is not None:
+            raise ValueError("give url or command, not both")
+        if self.url is not None:
+            host = urlsplit(self.url).hostname or ""
+            if not (host.startswith("127.") or host == "localhost") or urlsplit(self.url).scheme != "http":
+                raise ValueError(f"url: load and fault runs aim at http on loopback only, got {self.url!r}")
+        if self.own_server and self.profile != "streamlab":
+            raise ValueError("a target without url or command is our own streamlab serve: profile streamlab")
+        return self
+
+    @property
+    def own_server(self) -> bool:
+        return self.url is None and self.command is None
+
+    @property
+    def port(self) -> int | None:
+        return urlsplit(self.url).port or 80 if self.url else None
+
+    @property
+    def profile_spec(self) -> Profile:
+        return PROFILES[self.profile]
+
+    @property
+    def health(self) -> str | None:
+        return self.health_path or self.profile_spec.health_path
+
+    @property
+    def default(self) -> bool:
+        """The scenario's own server on our own route: the mode every scenario already runs in."""
+        return self.own_server and self.api == "streamlab"
+
+
+TARGETS: dict[str, Target] = {t.name: t for t in [
+    Target(),
+    Target(name="streamlab-openai", api="openai-completions"),
+    Target(name="streamlab-chat", api="openai-chat"),
+    Target(name="transformers-serve", profile="transformers-serve", api="openai-completions",
+           command=["{transformers}", "serve", "{model_dir}", "--continuous-batching", "--device", "cpu",
+                    "--dtype", "float32", "--host", "127.0.0.1", "--port", "{port}", "--log-level", "warning"]),
+]}
+
+
+def resolve_target(spec: str | None, api: str | None = None, model: str | None = None,
+                   profile: str | None = None) -> Target:
+    """`--target NAME|URL` (with optional --target-api/-model/-profile) as a Target."""
+    if spec is None or spec in TARGETS:
+        base = TARGETS[spec or "streamlab"]
+        changes = {k: v for k, v in (("api", api), ("model", model), ("profile", profile)) if v}
+        return Target.model_validate({**base.model_dump(), **changes}) if changes else base
+    if "://" in spec:
+        return Target(name=spec, url=spec, api=api or "openai-completions", model=model,
+                      profile=profile or "generic")
+    raise ValueError(f"unknown target {spec!r}; expected a URL or one of {sorted(TARGETS)}")
+
+
+@dataclass(frozen=True)
+class GaugeReading:
+    running: float | None
+    waiting: float | None
+    cache_in_use: float | None
+
+    @property
+    def idle(self) -> bool | None:
+        """Nothing running, waiting or cached; None when no gauge is read at all."""
+        values = [v for v in (self.running, self.waiting, self.cache_in_use) if v is not None]
+        return None if not values else all(v == 0 for v in values)
+
+
+def read_gauges(body: bytes | str, gauges: Gauges) -> GaugeReading:
+    """A metrics or /slots body as the three gauges (a series that is absent reads None)."""
+    text = body.decode("utf-8", "replace") if isinstance(body, bytes) else body
+    if gauges.source == "llamacpp_slots":
+        slots = json.loads(text)
+        if not isinstance(slots, list):
+            raise ValueError("/slots: expected a JSON list of slots")
+        return GaugeReading(float(sum(1 for s in slots if s.get("is_processing"))), None, None)
+    from prometheus_client.parser import text_string_to_metric_families
+
+    sums: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            sums[sample.name] = sums.get(sample.name, 0.0) + sample.value
+
+    def one(name: str | None) -> float | None:
+        return sums.get(name) if name else None
+    return GaugeReading(one(gauges.running), one(gauges.waiting), one(gauges.cache_in_use))
