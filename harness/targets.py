@@ -64,7 +64,11 @@ PROFILES: dict[str, Profile] = {p.name: p for p in [
             refusals={"lab_option": (422, "invalid_request")}),
     Profile(name="transformers-serve", ran_here=True,
             description="`transformers serve --continuous-batching`: no load gauges, text only",
-            ignore_eos="none", request_extra={"generation_config": json.dumps({"eos_token_id": -1})}),
+            ignore_eos="none", request_extra={"generation_config": json.dumps({"eos_token_id": -1})},
+            # FastAPI's own refusals: 422 with {"detail": [...]} where we answer 400/415/403. A
+            # convention, so mapped; its 500s and crashes are not mapped (see docs/TARGETS.md).
+            refusals={"malformed_json": (422, "detail"), "unknown_field": (422, "detail"),
+                      "wrong_content_type": (422, "detail"), "lab_option": (422, "detail")}),
     Profile(name="vllm", description="vLLM's OpenAI server: /metrics gauges; token ids with return_token_ids",
             token_ids=True, request_extra={"return_token_ids": True},
             gauges=Gauges(running="vllm:num_requests_running", waiting="vllm:num_requests_waiting",

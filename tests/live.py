@@ -17,19 +17,17 @@ from streamlab.config import ServiceConfig
 START_DEADLINE_S = 30.0
 
 
-class LiveServer:
-    def __init__(self, config: ServiceConfig, loaded) -> None:
-        self.app = create_app(config, loaded)
+class AppServer:
+    """Any ASGI app under uvicorn on a free loopback port."""
+
+    def __init__(self, app) -> None:
+        self.app = app
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self.sock.bind(("127.0.0.1", 0))
         self.port = self.sock.getsockname()[1]
         self.server = uvicorn.Server(uvicorn.Config(self.app, log_level="warning", lifespan="on"))
         self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
-
-    @property
-    def hub(self):
-        return self.app.state.hub
 
     def start(self) -> None:
         self.thread.start()
@@ -44,6 +42,10 @@ class LiveServer:
         self.thread.join(timeout=30)
         self.sock.close()
 
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
     async def request(self, method: str, path: str, body=None, **kw) -> RawExchange:
         return await RawExchange.open("127.0.0.1", self.port, method, path, body, **kw)
 
@@ -53,6 +55,17 @@ class LiveServer:
             return await ex.read_json()
         finally:
             ex.close_fin()
+
+
+class LiveServer(AppServer):
+    """`create_app` with the tiny model, in the test process."""
+
+    def __init__(self, config: ServiceConfig, loaded) -> None:
+        super().__init__(create_app(config, loaded))
+
+    @property
+    def hub(self):
+        return self.app.state.hub
 
     async def settle(self, deadline_s: float = 15.0) -> dict:
         stats = await self.get_json("/stats")
@@ -72,7 +85,12 @@ class LiveServer:
 
 @contextmanager
 def live_server(config: ServiceConfig, loaded):
-    server = LiveServer(config, loaded)
+    with running(LiveServer(config, loaded)) as server:
+        yield server
+
+
+@contextmanager
+def running(server: AppServer):
     server.start()
     try:
         yield server
