@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from harness.report import Trace, metric_values, outcomes, percentile
 from harness.scenario import PARITY_COMPLETION, PARITY_TTFT, BadRequest, Scenario
+from harness.targets import PROFILES, unobservable
 
 
 @dataclass
@@ -209,26 +210,28 @@ def run_checks(scenario: Scenario, trace: Trace, solo: dict[int, list[int] | str
     e = scenario.expect
     t = trace.target
     native = t is None or t["native_books"]  # our own books: every check observable
-    gauges = t is not None and t["gauges"] is not None
-    results = [finish_reasons(scenario, trace), healthy(trace) if native else target_healthy(trace)]
+    hidden = {} if t is None else unobservable(PROFILES[t["profile"]])
+
+    def unless_hidden(name: str, check) -> CheckResult:
+        return not_observable(name, trace, hidden[name]) if name in hidden else check()
+
+    results = [finish_reasons(scenario, trace),
+               unless_hidden("healthy", lambda: healthy(trace) if native else target_healthy(trace))]
     if trace.mode == "sim":
         results.append(profile_drift(trace))
     if e.leak_free:
-        results.append(leak_free(trace) if native else leak_free_by_gauges(trace) if gauges else
-                       not_observable("leak_free", trace, "no load gauges in its profile"))
+        results.append(unless_hidden("leak_free", lambda: leak_free(trace) if native else leak_free_by_gauges(trace)))
     if e.exactly_once:
-        results.append(exactly_once(trace) if native else
-                       not_observable("exactly_once", trace, "it does not report releases per request"))
+        results.append(unless_hidden("exactly_once", lambda: exactly_once(trace)))
     if e.identity:
         results.append(identity(trace, solo))
     if e.latency:
         results.append(latency(scenario, trace, baselines or {}))
     if e.release_within is not None:
-        results.append(release_within(scenario, trace) if native else release_by_gauges(scenario, trace) if gauges
-                       else not_observable("release_within", trace, "no load gauges in its profile"))
+        results.append(unless_hidden("release_within", lambda: release_within(scenario, trace) if native
+                                     else release_by_gauges(scenario, trace)))
     if e.waste is not None:
-        results.append(waste(scenario, trace) if native else
-                       not_observable("waste", trace, "it does not report tokens generated per request"))
+        results.append(unless_hidden("waste", lambda: waste(scenario, trace)))
     if t is not None:
         results.append(capacity_restored(trace))
     for r in results:
@@ -323,8 +326,6 @@ def not_observable(name: str, trace: Trace, why: str) -> CheckResult:
 def target_healthy(trace: Trace) -> CheckResult:
     """Outside our books: the target still answers its health route after the run."""
     health = trace.target["health_after"]
-    if health is None:
-        return not_observable("healthy", trace, "no health route in its profile")
     return CheckResult("healthy", bool(health), f"health route after the run: {'ok' if health else 'failing'}",
                        "the target stays healthy", [] if health else ["the target is not healthy after the run"])
 

@@ -40,6 +40,8 @@ def build_parser() -> argparse.ArgumentParser:
     suite.add_argument("--update-baseline", action="store_true",
                        help="write each run's latency figures to scenarios/baselines.json (the CI gate)")
     scen_sub.add_parser("schema", help=f"write the JSON Schema of the format to {SCHEMA_PATH}")
+    scen_sub.add_parser("targets-report", help="run the peer scenarios against every target that runs here "
+                                               "and write docs/TARGETS.md")
     scen_sub.add_parser("baseline", help="refresh scenarios/baselines.json from the passing runs in results/scenarios")
     cal = scen_sub.add_parser("calibrate", help="measure the cost model the simulation uses: the engine in-process, "
                                                 "then serving costs from live runs")
@@ -64,6 +66,10 @@ def main(argv: list[str] | None = None) -> int:
             data.setdefault(name, {}).update(modes)
         save_baselines(data)
         console.print(f"wrote {BASELINES}: {sum(len(m) for m in fresh.values())} scenario runs from {RESULTS}")
+        return 0
+    if args.scenario_command == "targets-report":
+        from harness.targets_report import write_page
+        console.print(f"wrote {write_page(lambda line: console.print(line, highlight=False))}")
         return 0
     if args.scenario_command == "calibrate":
         from harness.calibrate import calibrate

@@ -149,6 +149,39 @@ TARGETS: dict[str, Target] = {t.name: t for t in [
 ]}
 
 
+# The scenarios a peer is run on (fast readers, FIN and RST droppers, a slow reader, a latency
+# toxic, bad requests), by the test suite and by `streamlab scenario targets-report`.
+PEER_SCENARIOS = ["overlap_8", "disconnect_fin_early", "disconnect_rst_mid", "slow_reader_pause_1",
+                  "network_latency", "bad_requests"]
+
+# What a peer really does where a check fails on it: asserted as its outcome, with the reason.
+FINDINGS: dict[tuple[str, str], dict[str, str]] = {
+    ("transformers-serve", "bad_requests"): {
+        "finish_reasons": "a wrong type gets a 500, oversized requests are not refused, and an empty prompt "
+                          "crashes its continuous-batching worker (503 'CB worker died ... index out of range'); "
+                          "every stream after that ends in an error",
+        "healthy": "after the empty prompt its /health fails",
+        "capacity_restored": "after the crash no probe request completes",
+    },
+}
+
+CHECKS = ["finish_reasons", "identity", "latency", "leak_free", "exactly_once", "release_within", "waste",
+          "healthy", "capacity_restored"]
+
+
+def unobservable(profile: Profile) -> dict[str, str]:
+    """check -> why it cannot be observed on a server with this profile (absent: it can)."""
+    if profile.native_books:
+        return {}
+    out = {"exactly_once": "it does not report releases per request",
+           "waste": "it does not report tokens generated per request"}
+    if profile.gauges is None:
+        out |= {"leak_free": "no load gauges in its profile", "release_within": "no load gauges in its profile"}
+    if profile.health_path is None:
+        out["healthy"] = "no health route in its profile"
+    return out
+
+
 def resolve_target(spec: str | None, api: str | None = None, model: str | None = None,
                    profile: str | None = None) -> Target:
     """`--target NAME|URL` (with optional --target-api/-model/-profile) as a Target."""

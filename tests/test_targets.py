@@ -11,7 +11,7 @@ import pytest
 from harness.live_run import live_unavailable
 from harness.runner import RunContext, run_scenario
 from harness.scenario import Scenario, load_by_name
-from harness.targets import PROFILES, TARGETS, Target, read_gauges, resolve_target
+from harness.targets import FINDINGS, PEER_SCENARIOS, PROFILES, TARGETS, Target, read_gauges, resolve_target
 from harness.wire import OpenAIWire
 from streamlab.sse import SSEParser
 from tests.live import AppServer, running
@@ -140,11 +140,7 @@ def test_no_check_passes_what_the_target_cannot_show():
 
 # ---- our own OpenAI route: the same verdicts as the native route ----
 
-SAME_VERDICTS = ["overlap_8", "disconnect_fin_early", "disconnect_rst_mid", "slow_reader_pause_1", "bad_requests",
-                 "network_latency"]
-
-
-@pytest.mark.parametrize("name", SAME_VERDICTS)
+@pytest.mark.parametrize("name", PEER_SCENARIOS)
 def test_our_openai_route_gives_the_native_routes_verdicts(name):
     scenario = load_by_name(name)
     if live_unavailable(scenario):
@@ -162,19 +158,6 @@ def test_our_openai_route_gives_the_native_routes_verdicts(name):
 
 # ---- the real peer: transformers serve --continuous-batching ----
 
-# What the peer really does, asserted as its outcome (each a finding: see docs/TARGETS.md).
-PEER_FINDINGS: dict[str, dict[str, str]] = {
-    "bad_requests": {
-        "finish_reasons": "wrong_type gets a 500 and an empty prompt crashes its continuous-batching worker "
-                          "(503 'CB worker died'); streams after that end in errors",
-        "healthy": "after the empty prompt its /health fails",
-        "capacity_restored": "after the crash no probe request completes",
-    },
-}
-PEER_SCENARIOS = ["overlap_8", "disconnect_fin_early", "disconnect_rst_mid", "slow_reader_pause_1",
-                  "network_latency", "bad_requests"]
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("name", PEER_SCENARIOS)
 def test_transformers_serve_through_toxiproxy(name):
@@ -182,7 +165,7 @@ def test_transformers_serve_through_toxiproxy(name):
     if live_unavailable(scenario):
         pytest.skip(live_unavailable(scenario))
     outcome = run_scenario(scenario, "live", RunContext(results_dir=None, target=TARGETS["transformers-serve"]))
-    findings = PEER_FINDINGS.get(name, {})
+    findings = FINDINGS.get(("transformers-serve", name), {})
     got = {c.name: c for c in outcome.checks}
     for check in outcome.checks:
         if not check.observed:

@@ -1,0 +1,109 @@
+"""`streamlab scenario targets-report`: docs/TARGETS.md, from the profiles and from live runs of
+the peer scenarios against every target that can run here."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from harness.live_run import live_unavailable
+from harness.runner import RunContext, run_scenario
+from harness.scenario import load_by_name
+from harness.targets import CHECKS, FINDINGS, PEER_SCENARIOS, PROFILES, TARGETS, unobservable
+
+PAGE = Path("docs") / "TARGETS.md"
+RUN_HERE = ["streamlab", "streamlab-openai", "transformers-serve"]
+
+
+def observability_rows() -> list[str]:
+    rows = ["| profile | " + " | ".join(CHECKS) + " | run against a real server here |",
+            "|---|" + "---|" * (len(CHECKS) + 1)]
+    for name, profile in PROFILES.items():
+        hidden = unobservable(profile)
+        cells = []
+        for check in CHECKS:
+            if check in hidden:
+                cells.append("not observable")
+            elif check == "identity":
+                cells.append("token ids" if profile.token_ids else "text")
+            elif check in ("leak_free", "release_within") and not profile.native_books:
+                cells.append(f"gauges ({profile.gauges.source})")
+            else:
+                cells.append("evaluated")
+        ran = "yes" if profile.ran_here else "parsed only" if profile.gauges else "only against a test stub"
+        rows.append(f"| `{name}` | " + " | ".join(cells) + f" | {ran} |")
+    return rows
+
+
+def run_rows(say=print) -> tuple[list[str], list[str]]:
+    rows = ["| scenario | target | " + " | ".join(CHECKS) + " | wall s |", "|---|---|" + "---|" * (len(CHECKS) + 1)]
+    notes = []
+    for name in PEER_SCENARIOS:
+        scenario = load_by_name(name)
+        reason = live_unavailable(scenario)
+        for target in RUN_HERE:
+            if reason:
+                rows.append(f"| {name} | {target} | skipped: {reason} |")
+                continue
+            say(f"{name} on {target}")
+            outcome = run_scenario(scenario, "live", RunContext(results_dir=None, target=TARGETS[target]))
+            got = {c.name: c for c in outcome.checks}
+            findings = FINDINGS.get((target, name), {})
+            cells = []
+            for check in CHECKS:
+                c = got.get(check)
+                if c is None:
+                    cells.append("–")
+                elif not c.observed:
+                    cells.append("not observable")
+                elif c.passed:
+                    cells.append("held")
+                else:
+                    cells.append("**failed (finding)**" if check in findings else "**FAILED**")
+                    notes.append(f"- {name} on `{target}`, {check}: {findings.get(check, 'unexpected')}. "
+                                 f"Measured: {c.figure[:300]}")
+            rows.append(f"| {name} | {target} | " + " | ".join(cells) + f" | {outcome.trace.wall_s:.0f} |")
+            if "capacity_restored" in got:
+                notes.append(f"- {name} on `{target}`: {got['capacity_restored'].figure}")
+    return rows, notes
+
+
+def write_page(say=print) -> Path:
+    t0 = time.perf_counter()
+    rows, notes = run_rows(say)
+    text = "\n".join([
+        "# Targets",
+        "",
+        "Written by `streamlab scenario targets-report` (it ran the scenarios below live, through Toxiproxy, "
+        f"against every target that runs on this machine, in {time.perf_counter() - t0:.0f} s). "
+        "`streamlab scenario run FILE --target NAME|URL` runs any scenario against a target.",
+        "",
+        "## What each profile lets the checks observe",
+        "",
+        "A check is evaluated or reported *not observable*; it is never passed unseen. `capacity_restored` "
+        "(N short requests at once before the run and after it drains; the after-probe's TTFT p50 within "
+        "3x + 250 ms of the before-probe's, and all complete) needs nothing from the server and runs on every "
+        "target. Gauges are polled every 25 ms straight from the server: that is the resolution of every "
+        "release time measured from outside. Profiles marked *parsed only* were tested against metrics "
+        "text written from each project's documented format (tests/fixtures/targets/), not against a running "
+        "server: vLLM, TGI, SGLang and llama.cpp do not run on this machine.",
+        "",
+        *observability_rows(),
+        "",
+        "## Runs",
+        "",
+        "`streamlab` is our own server on its own route (`/v1/stream`), `streamlab-openai` the same server "
+        "through `/v1/completions` (its verdicts must equal the native route's; tests/test_targets.py asserts "
+        "it), `transformers-serve` is `transformers serve --continuous-batching` on `streamlab export tiny` "
+        "weights. A failure that is the peer's real behaviour is a *finding*, asserted as such by the tests.",
+        "",
+        *rows,
+        "",
+        "### Findings and figures",
+        "",
+        *notes,
+        "",
+    ])
+    PAGE.parent.mkdir(parents=True, exist_ok=True)
+    PAGE.write_text(text)
+    return PAGE
