@@ -25,8 +25,21 @@ def server(tiny):
         yield srv
 
 
+OPEN_CLIENTS: list[openai.OpenAI] = []
+
+
 def client(server, **kw) -> openai.OpenAI:
-    return openai.OpenAI(base_url=f"http://127.0.0.1:{server.port}/v1", api_key="unused", max_retries=0, **kw)
+    c = openai.OpenAI(base_url=f"http://127.0.0.1:{server.port}/v1", api_key="unused", max_retries=0, **kw)
+    OPEN_CLIENTS.append(c)
+    return c
+
+
+@pytest.fixture(autouse=True)
+def close_clients():
+    """Each test's clients close their connection pools (an unclosed socket is a warning later)."""
+    yield
+    while OPEN_CLIENTS:
+        OPEN_CLIENTS.pop().close()
 
 
 def settled(server) -> dict:
