@@ -8,7 +8,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from harness.scenario import BadRequest, Dropper, GroupSpec, Reader, Sleeper, Stalled
+from harness.scenario import BadRequest, Dropper, GroupSpec, Reader, Reconnector, Sleeper, Stalled
 from harness.wire import StreamlabWire, Wire
 from streamlab.sse import SSEEvent
 
@@ -52,6 +52,9 @@ class StreamRecord:
     close_how: str | None = None
     bytes_read: int = 0
     failure: str | None = None  # the client itself could not do what it meant to (a timeout, a reset)
+    event_ids: list[str] = field(default_factory=list)  # every SSE id read, over every connection
+    cuts: list[float] = field(default_factory=list)  # a reconnector: when each connection ended early
+    resumes: list[int] = field(default_factory=list)  # a reconnector: each reconnect's status (0: no connection)
 
     @property
     def left_early(self) -> bool:
@@ -121,10 +124,12 @@ class Client:
                         await asyncio.sleep(behaviour.sleep_s)
             elif isinstance(behaviour, Dropper):
                 await self._drop(conn, behaviour, how)
+            elif isinstance(behaviour, Reconnector):
+                conn = await self._reconnect(conn, behaviour, open_connection)
         except (OSError, asyncio.TimeoutError, ConnectionError) as exc:
             rec.failure = f"{type(exc).__name__}: {exc}"
         finally:
-            rec.bytes_read = conn.bytes_read
+            rec.bytes_read += conn.bytes_read
             if not conn.ended and rec.closed_at is None and rec.failure is None:
                 self._close(conn, how)  # leaving on purpose (a dropper's deadline, say)
             elif rec.closed_at is None:
@@ -167,6 +172,45 @@ class Client:
                     await asyncio.sleep(behaviour.read_pause_s)
         if not conn.ended or rec.finish is None:
             self._close(conn, how)
+
+    async def _reconnect(self, conn: Connection, behaviour: Reconnector, open_connection: Opener) -> Connection:
+        """Read; leave after N tokens or on a break; come back with Last-Event-ID; until the end."""
+        rec = self.record
+        left = behaviour.reconnects
+        while True:
+            after = behaviour.after_tokens
+            limit = None if after is None or left == 0 else (
+                self.rng.randint(*after) if isinstance(after, tuple) else after)
+            start = len(rec.token_times)
+            try:
+                while not conn.ended and (limit is None or len(rec.token_times) - start < limit):
+                    self._note(await conn.read_events(1, READ_DEADLINE_S))
+            except (OSError, ConnectionError, asyncio.IncompleteReadError):
+                if left == 0:
+                    raise
+            if conn.ended and rec.finish is not None:
+                return conn
+            rec.cuts.append(self.clock())
+            rec.bytes_read += conn.bytes_read
+            conn.close(self._close_how())
+            while left > 0:  # come back; a refused or failed reconnect uses one attempt too
+                left -= 1
+                await asyncio.sleep(behaviour.gap_s)
+                try:
+                    conn = await open_connection(self.wire.path, self.wire.body(rec.prompt, rec.request),
+                                                 {"last-event-id": rec.event_ids[-1]} if rec.event_ids else None)
+                    head = await conn.read_head(READ_DEADLINE_S)
+                except (OSError, ConnectionError, asyncio.TimeoutError):
+                    rec.resumes.append(0)
+                    continue
+                rec.resumes.append(head.status)
+                if head.status == 200:
+                    break
+                rec.error_type = self.wire.error_type(await self._reply(conn))
+                conn.close("fin")
+            else:
+                rec.failure = f"could not resume: statuses {rec.resumes}"
+                return conn
 
     async def _read_all(self, conn: Connection) -> None:
         while not conn.ended:

@@ -138,6 +138,14 @@ class Faults:
         listen = self._call(self._client.get_proxy, name).listen
         return ProxyHandle(name, int(listen.rsplit(":", 1)[1]), proxy)
 
+    def add_toxic(self, handle: ProxyHandle, name: str, toxic: ToxicSpec) -> None:
+        """A toxic on a proxy that may have connections open: Toxiproxy applies it to them too."""
+        self._call(handle.proxy.add_toxic, name=name, type=toxic.type, stream=toxic.stream,
+                   toxicity=toxic.toxicity, attributes=toxic_attributes(toxic))
+
+    def remove_toxic(self, handle: ProxyHandle, name: str) -> None:
+        self._call(handle.proxy.destroy_toxic, name)
+
     def toxics(self, handle: ProxyHandle) -> dict:
         return self._call(handle.proxy.toxics)
 

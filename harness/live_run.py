@@ -14,10 +14,12 @@ from pathlib import Path
 
 from harness.backend import ServerBooks
 from harness.faults import Faults, ProxyHandle, ToxiproxyServer, find_binary
+from harness.h2client import H2Exchange
 from harness.live import RunningServer, ServerProcess, TargetProcess, export_folder
+from harness.nginx import Nginx, ensure_certificate, nginx_unavailable
 from harness.plan import PlannedClient
 from harness.rawhttp import RawExchange
-from harness.scenario import Scenario, Sleeper
+from harness.scenario import ProxySpec, Scenario, Sleeper
 from harness.target_watch import TargetWatch
 from harness.targets import TARGETS, Target
 from harness.wire import Wire, wire_for
@@ -33,6 +35,8 @@ def needs_proxy(scenario: Scenario) -> bool:
 def live_unavailable(scenario: Scenario | None = None) -> str | None:
     if (scenario is None or needs_proxy(scenario)) and find_binary() is None:
         return "toxiproxy-server is not installed: run `scripts/dev setup`"
+    if scenario is not None and scenario.server.proxy is not None:
+        return nginx_unavailable()
     return None
 
 
@@ -43,11 +47,21 @@ async def _toggle(faults: Faults, handle: ProxyHandle, at_s: float, for_s: float
     await asyncio.to_thread(faults.set_enabled, handle, True)
 
 
+async def _window(faults: Faults, handle: ProxyHandle, name: str, window) -> None:
+    await asyncio.sleep(window.at_s)
+    await asyncio.to_thread(faults.add_toxic, handle, name, window.toxic)
+    await asyncio.sleep(window.for_s)
+    await asyncio.to_thread(faults.remove_toxic, handle, name)
+
+
 class LiveServer:
     """One scenario's server (ours, or a target) and its proxies (harness.backend.Server)."""
 
-    def __init__(self, endpoint, proxies: dict[str, ProxyHandle], wire: Wire, target: Target) -> None:
+    def __init__(self, endpoint, proxies: dict[str, ProxyHandle], wire: Wire, target: Target,
+                 front_port: int | None = None, proxy: ProxySpec | None = None) -> None:
         self.endpoint, self.proxies, self.wire, self.target = endpoint, proxies, wire, target
+        self.front_port = front_port or endpoint.port  # where clients connect: nginx, or the server itself
+        self.proxy = proxy
         self.loop = asyncio.get_running_loop()
         self.base = self.loop.time()
         self.books: ServerBooks | None = None  # what collect() saw; the shutdown adds its own findings
@@ -57,9 +71,15 @@ class LiveServer:
         return self.loop.time() - self.base
 
     def opener_for(self, pc: PlannedClient):
-        port = self.proxies[pc.group.name].listen_port if pc.group.name in self.proxies else self.endpoint.port
+        port = self.proxies[pc.group.name].listen_port if pc.group.name in self.proxies else self.front_port
         behaviour = pc.group.behaviour
         rcvbuf = behaviour.recv_buffer_bytes if isinstance(behaviour, Sleeper) else None
+        if self.proxy is not None and self.proxy.http2:
+            ca_file = ensure_certificate()[0]
+
+            async def h2_opener(path: str, body, headers):
+                return await H2Exchange.open("127.0.0.1", port, "POST", path, body, headers=headers, ca_file=ca_file)
+            return h2_opener
 
         async def opener(path: str, body, headers):
             return await RawExchange.open("127.0.0.1", port, "POST", path, body, headers=headers, rcvbuf=rcvbuf)
@@ -132,6 +152,7 @@ class LiveBackend:
         loop = asyncio.get_running_loop()
         endpoint, model = self._endpoint(scenario)
         await endpoint.start()
+        nginx: Nginx | None = None
         toxiproxy: ToxiproxyServer | None = None
         faults: Faults | None = None
         toggles: list[asyncio.Task] = []
@@ -141,6 +162,12 @@ class LiveBackend:
                 model = (await endpoint.get_json("/v1/models"))["data"][0]["id"]
             profile = self.target.profile_spec
             wire = wire_for(self.target.api, model, profile.request_extra, profile.ignore_eos)
+            front = endpoint.port
+            spec = scenario.server.proxy
+            if spec is not None:  # nginx between Toxiproxy and the server
+                nginx = await asyncio.to_thread(Nginx(endpoint.port, spec.tls, spec.http2, spec.read_timeout_s,
+                                                      spec.honour_accel_buffering, spec.buffering).start)
+                front = nginx.port
             proxies: dict[str, ProxyHandle] = {}
             if needs_proxy(scenario):
                 toxiproxy = await asyncio.to_thread(ToxiproxyServer().start)
@@ -148,14 +175,16 @@ class LiveBackend:
                 for g in scenario.groups:
                     if g.network and not g.network.direct:
                         proxies[g.name] = await asyncio.to_thread(faults.create_proxy, f"{scenario.name}__{g.name}",
-                                                                  endpoint.port, g.network.toxics)
-            server = LiveServer(endpoint, proxies, wire, self.target)
+                                                                  front, g.network.toxics)
+            server = LiveServer(endpoint, proxies, wire, self.target, front, spec)
             if server.watch is not None:
                 await server.watch.begin(scenario)  # the capacity probe, then the gauge poller
             server.base = loop.time()  # the run's clock starts now
             for g in scenario.groups:
                 for down in (g.network.down if g.network and g.name in proxies else []):
                     toggles.append(loop.create_task(_toggle(faults, proxies[g.name], down.at_s, down.for_s)))
+                for i, window in enumerate(g.network.windows if g.network and g.name in proxies else []):
+                    toggles.append(loop.create_task(_window(faults, proxies[g.name], f"window_{i}", window)))
             yield server
             for t in toggles:
                 await t
@@ -165,6 +194,8 @@ class LiveBackend:
             if server is not None and server.watch is not None:
                 server.watch.cancel()
             code = endpoint.stop()
+            if nginx is not None:
+                nginx.stop()
             if faults is not None:
                 faults.close()
             if toxiproxy is not None:

@@ -47,8 +47,29 @@ _ServerSpecBase = create_model("_ServerSpecBase", __base__=Strict,
                                **{o.name: _server_field(o) for o in SERVE_OPTIONS})
 
 
+class ProxySpec(Strict):
+    """A reverse proxy the harness puts between Toxiproxy and the server (live only)."""
+    kind: Literal["nginx"] = "nginx"
+    tls: bool = Field(False, description="TLS to the client, with a self-signed certificate made at set-up")
+    http2: bool = Field(False, description="HTTP/2 to the client (over TLS, as browsers speak it)")
+    read_timeout_s: float = Field(60.0, gt=0, description="proxy_read_timeout: an idle upstream is cut after this")
+    buffering: bool = Field(True, description="proxy_buffering (nginx's default: on)")
+    honour_accel_buffering: bool = Field(True, description="false: nginx ignores the server's X-Accel-Buffering: no")
+
+    @model_validator(mode="after")
+    def _tls(self) -> "ProxySpec":
+        if self.http2 and not self.tls:
+            raise ValueError("http2 needs tls: browsers and the harness's HTTP/2 client speak it over TLS only")
+        if self.tls and not self.http2:
+            raise ValueError("tls without http2: the harness's clients speak TLS only with HTTP/2; set http2: true")
+        return self
+
+
 class ServerSpec(_ServerSpecBase):
-    """Engine and service configuration: every `streamlab serve` option, with its defaults."""
+    """Engine and service configuration: every `streamlab serve` option, with its defaults; and
+    `proxy`, what the harness puts in front of the server (not a server option)."""
+    proxy: ProxySpec | None = Field(None, description="live: a reverse proxy (nginx) between Toxiproxy and the "
+                                                      "server")
 
     def values(self) -> dict:
         return {o.name: getattr(self, o.name) for o in SERVE_OPTIONS}
@@ -129,6 +150,17 @@ class Dropper(Strict):
         return self
 
 
+class Reconnector(Strict):
+    """Leaves after `after_tokens` tokens on each connection (or when its connection breaks), waits
+    gap_s, and reconnects with the last event id it saw (Last-Event-ID), up to `reconnects` times;
+    then reads to the end. A failed reconnect (refused, or no connection) also uses one."""
+    kind: Literal["reconnector"]
+    after_tokens: int | tuple[int, int] | None = Field(8, description="None: leave only when the connection breaks")
+    close: Literal["fin", "rst", "mixed"] = "fin"
+    gap_s: float = Field(0.2, ge=0)
+    reconnects: int = Field(1, ge=1, le=50)
+
+
 class BadRequest(Strict):
     """Sends a malformed or oversized request and expects a refusal."""
     kind: Literal["bad_request"]
@@ -138,7 +170,7 @@ class BadRequest(Strict):
     expect_error: str
 
 
-Behaviour = Annotated[Union[Reader, Sleeper, Stalled, Dropper, BadRequest], Field(discriminator="kind")]
+Behaviour = Annotated[Union[Reader, Sleeper, Stalled, Dropper, Reconnector, BadRequest], Field(discriminator="kind")]
 
 
 # ---- arrivals ----
@@ -231,9 +263,18 @@ class ProxyDown(Strict):
     for_s: float = Field(gt=0)
 
 
+class ToxicWindow(Strict):
+    """A toxic added to the group's proxy at at_s and removed for_s later (live). Toxiproxy applies
+    a new toxic to connections already open: a reset_peer window cuts running streams mid-way."""
+    at_s: float = Field(ge=0)
+    for_s: float = Field(gt=0)
+    toxic: ToxicSpec
+
+
 class NetworkSpec(Strict):
     toxics: list[ToxicSpec] = Field(default_factory=list)
     down: list[ProxyDown] = Field(default_factory=list)
+    windows: list[ToxicWindow] = Field(default_factory=list, description="toxics for a while, mid-run (live)")
     direct: bool = Field(False, description="bypass the proxy (RST droppers the server must see as RST)")
 
 
@@ -277,7 +318,7 @@ class ReleaseWithin(Strict):
 
 
 CheckName = Literal["leak_free", "exactly_once", "identity", "finish_reasons", "latency", "release_within", "waste",
-                    "capacity_restored", "healthy"]
+                    "capacity_restored", "healthy", "resumption"]
 
 
 Ratio = tuple[Annotated[float, Field(gt=0)], Annotated[float, Field(gt=0)]]
@@ -339,6 +380,9 @@ class Scenario(Strict):
                     raise FieldProblem(("expect", "latency", i, key),
                                        f"names unknown group {ref!r}; expected one of {names}")
         if "sim" in self.modes:
+            if self.server.proxy is not None:
+                raise FieldProblem(("server", "proxy"), "a proxy can only run live; set modes: [live] "
+                                                       "(simulation has no reverse proxy)")
             for i, g in enumerate(self.groups):
                 net = g.network
                 for j, t in enumerate(net.toxics if net else []):
@@ -349,6 +393,10 @@ class Scenario(Strict):
                 if net and net.down:
                     raise FieldProblem(("groups", i, "network", "down"),
                                        "down can only run live; set modes: [live] "
+                                       "(simulation models latency and bandwidth)")
+                if net and net.windows:
+                    raise FieldProblem(("groups", i, "network", "windows"),
+                                       "windows can only run live; set modes: [live] "
                                        "(simulation models latency and bandwidth)")
         for ref in self.expect.finish_reasons:
             if ref not in known:

@@ -308,8 +308,9 @@ class SimServer:
             conn = SimConnection(self.profile.buffer_bytes(rcvbuf), latency, rate, self.step_clock.core,
                                  self.profile.per_request_s, self.profile.request_latency_s)
             raw = body if isinstance(body, bytes) else json.dumps(body).encode()
-            self.exchanges.append(self.loop.create_task(conn.serve(
-                self.app, self.state, "POST", path, raw, headers or {"content-type": "application/json"})))
+            sent = dict(headers or {}) if isinstance(body, bytes) else {"content-type": "application/json",
+                                                                         **(headers or {})}
+            self.exchanges.append(self.loop.create_task(conn.serve(self.app, self.state, "POST", path, raw, sent)))
             return conn
         return opener
 

@@ -172,4 +172,5 @@ class _Scratch:
         self.request_id = self.start_at = self.prompt_tokens = self.finish = self.ended_at = None
         self.token_times: list[float] = []
         self.token_ids: list[int] = []
+        self.event_ids: list[str] = []
         self.text = ""

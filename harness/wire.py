@@ -31,6 +31,7 @@ class Record(Protocol):  # harness.clients.StreamRecord, without the import cycl
     text: str
     finish: str | None
     ended_at: float | None
+    event_ids: list[str]
 
 
 class Wire(Protocol):
@@ -79,6 +80,8 @@ class StreamlabWire:
 
     def note(self, rec: Record, ev: SSEEvent, now: float) -> bool:
         data = ev.json() if ev.data.startswith("{") else {}
+        if ev.id:
+            rec.event_ids.append(ev.id)
         if ev.event == "start":
             rec.start_at, rec.request_id, rec.prompt_tokens = now, data.get("id"), data.get("prompt_tokens")
         elif ev.event == "token":

@@ -134,7 +134,8 @@ def create_app(config: ServiceConfig = ServiceConfig(), loaded: LoadedModel | No
         model = loaded or load_model(config.model)
         warm_up(model)
         hub = Hub(BatchEngine(model.model, config.engine), model.tokenizer, config.backpressure,
-                  config.waiting_limit, **({"clock": clock} if clock else {}), first_token=config.first_token)
+                  config.waiting_limit, **({"clock": clock} if clock else {}), first_token=config.first_token,
+                  resume=config.resume)
         metrics = Metrics(hub)
         hub.start(threaded=threaded)
         app.state.hub = hub  # for the server's signal handler (graceful shutdown)
@@ -160,12 +161,23 @@ def create_app(config: ServiceConfig = ServiceConfig(), loaded: LoadedModel | No
         hub: Hub = request.state.hub
         return hub, hub.open(ids, params, stops)
 
+    resume = config.resume
+    retry_ms = resume.retry_ms if resume.on else None
+
     async def stream(request: Request) -> Response:
+        last_event_id = request.headers.get("last-event-id")
+        if last_event_id:  # a reconnect: the same stream from after that event (the body is not read again)
+            hub: Hub = request.state.hub
+            s, replay = hub.attach(last_event_id)
+            return HubStreamingResponse(hub, s, sse_body(hub, s, config.keepalive_s, 0, replay, retry_ms),
+                                        resumable=True)
         req = await read_request(request, config)
         hub, s = admit(request, request.state.model.tokenizer.encode(req.prompt), _params(req), req.stop)
-        cls = WriteOnlyStreamingResponse if req.response_class == "write_only" else HubStreamingResponse
         try:
-            return cls(hub, s, sse_body(hub, s, config.keepalive_s, req.pad_bytes))
+            if req.response_class == "write_only":
+                return WriteOnlyStreamingResponse(hub, s, sse_body(hub, s, config.keepalive_s, req.pad_bytes))
+            return HubStreamingResponse(hub, s, sse_body(hub, s, config.keepalive_s, req.pad_bytes, (), retry_ms),
+                                        resumable=resume.on)
         except BaseException:
             hub.close(s, "internal_error")
             raise

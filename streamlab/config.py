@@ -49,6 +49,25 @@ class EngineConfig:
 
 
 @dataclass(frozen=True)
+class ResumeConfig:
+    """Last-Event-ID resumption: what a stream keeps after its client leaves, and for how long."""
+    window_s: float = 0.0  # 0: off (a disconnect releases at once, as without resumption)
+    buffer_events: int = 256  # events already written that a reconnect can have replayed
+    buffer_bytes: int = 64 * 1024  # ... and their JSON payload bytes
+    retry_ms: int = 1000  # the SSE `retry:` a browser waits before reconnecting
+
+    def __post_init__(self) -> None:
+        _require(self.window_s >= 0, f"resume window must be >= 0 s, got {self.window_s}")
+        _require(self.buffer_events >= 1, f"resume buffer must hold >= 1 event, got {self.buffer_events}")
+        _require(self.buffer_bytes >= 1, f"resume buffer must hold >= 1 byte, got {self.buffer_bytes}")
+        _require(self.retry_ms >= 0, f"retry must be >= 0 ms, got {self.retry_ms}")
+
+    @property
+    def on(self) -> bool:
+        return self.window_s > 0
+
+
+@dataclass(frozen=True)
 class ServiceConfig:
     model: str = "tiny"
     engine: EngineConfig = EngineConfig()
@@ -61,6 +80,7 @@ class ServiceConfig:
     # "prefill": a stream's first token goes out as soon as its own prefill is done;
     # "step": with the rest of the step's events, when the whole step ends (the chapter's lab).
     first_token: str = "prefill"
+    resume: ResumeConfig = ResumeConfig()
     max_body_bytes: int = 64 * 1024
     max_pad_bytes: int = 1024 * 1024
 

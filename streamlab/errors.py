@@ -10,6 +10,10 @@
     │   ├── NotAllowed                  a lab-only option without --lab (403)
     │   ├── ModelNotFound               an OpenAI request names a model this server does not serve (404)
     │   ├── DuplicateRequest            request id already known to the engine (409)
+    │   ├── ResumeNotPossible           a Last-Event-ID the server cannot resume from
+    │   │   ├── StreamNotFound          no such stream, or resumption is off (404)
+    │   │   ├── StreamGone              expired, or completed and read (410)
+    │   │   └── ResumeGap               events after that id are no longer kept (409)
     │   ├── Overloaded                  the waiting limit is reached (429, Retry-After)
     │   └── ShuttingDown                the server is draining (503)
     ├── ModelLoadError                  a model name or path that cannot be loaded
@@ -61,6 +65,22 @@ class ModelNotFound(RequestError):
     error_type = "model_not_found"
 
 
+class ResumeNotPossible(RequestError):
+    error_type = "resume_not_possible"
+
+
+class StreamNotFound(ResumeNotPossible):
+    error_type = "stream_not_found"
+
+
+class StreamGone(ResumeNotPossible):
+    error_type = "stream_gone"
+
+
+class ResumeGap(ResumeNotPossible):
+    error_type = "resume_gap"
+
+
 class Overloaded(RequestError):
     error_type = "overloaded"
 
@@ -97,6 +117,9 @@ HTTP_STATUS: dict[type[StreamlabError], int] = {
     UnsupportedMediaType: 415,
     NotAllowed: 403,
     ModelNotFound: 404,
+    StreamNotFound: 404,
+    StreamGone: 410,
+    ResumeGap: 409,
     DuplicateRequest: 409,
     Overloaded: 429,
     ShuttingDown: 503,

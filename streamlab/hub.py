@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import logging
 import threading
 import time
@@ -28,7 +29,8 @@ from typing import Protocol
 from streamlab.detokenizer import TextStream, token_byte_table
 from streamlab.engine.engine import BatchEngine, StepOutput
 from streamlab.engine.sequence import FinishReason
-from streamlab.errors import Overloaded, ShuttingDown
+from streamlab.config import ResumeConfig
+from streamlab.errors import Overloaded, ResumeGap, ShuttingDown, StreamGone, StreamNotFound
 from streamlab.policies import Action, BackpressureConfig, Policy, admits, backpressure
 from streamlab.sampling import SamplingParams
 
@@ -37,6 +39,7 @@ log = logging.getLogger("streamlab.hub")
 Clock = Callable[[], float]
 IDLE_POLL_S = 0.05  # the step thread's longest sleep when idle (wishes also wake it at once)
 RELEASE_LOG_SIZE = 20_000
+ENDED_MEMORY = 10_000  # ended resumable streams remembered, so a late resume gets 410 and not 404
 
 
 class Wait(Enum):
@@ -76,6 +79,8 @@ class WallStepClock:
 class StreamEvent:
     kind: str  # "start" | "token" | "done" | "error"
     payload: dict
+    id: int = 0  # the stream's own count from 1: the SSE id is "<request id>:<id>"
+    size: int = 0  # payload bytes, counted only where resumption keeps the event
 
 
 @dataclass
@@ -106,12 +111,24 @@ class Stream:
     at_limit_since: float | None = None
     completion_tokens: int = 0
     max_queued: int = 0
+    next_id: int = 1
+    # Resumption: events already taken (bounded), which connection owns the stream, and since
+    # when nobody does (the window's timer runs from then).
+    sent: deque[StreamEvent] = field(default_factory=deque)
+    sent_bytes: int = 0
+    attachment: int = 0
+    detached_since: float | None = None
+    expiry: asyncio.TimerHandle | None = None
+    resumptions: int = 0
 
 
 class Hub:
     def __init__(self, engine: BatchEngine, tokenizer, backpressure_cfg: BackpressureConfig = BackpressureConfig(),
-                 waiting_limit: int = 64, clock: Clock = time.monotonic, first_token: str = "prefill") -> None:
+                 waiting_limit: int = 64, clock: Clock = time.monotonic, first_token: str = "prefill",
+                 resume: ResumeConfig = ResumeConfig()) -> None:
         self.engine = engine
+        self.resume = resume
+        self._ended: dict[str, str] = {}  # request id -> why it can no longer be resumed (bounded, oldest first)
         # The naive policy waits for readers after each step; it keeps per-step delivery.
         self.early_first_token = first_token == "prefill" and backpressure_cfg.policy is not Policy.NAIVE
         self.cfg = backpressure_cfg
@@ -141,7 +158,7 @@ class Hub:
         self.counters = {"requests_accepted": 0, "requests_refused": 0, "late_events_dropped": 0,
                          "streams_closed": 0}
         self.cancellations: dict[str, int] = {"client_gone": 0, "slow_client": 0, "shutting_down": 0,
-                                              "internal_error": 0}
+                                              "internal_error": 0, "resume_expired": 0}
 
     # ---- life cycle (owned by the app's lifespan) ----
 
@@ -199,18 +216,28 @@ class Hub:
         text = TextStream(self._token_bytes, stops)
         stream = Stream(rid, len(prompt_ids), text, asyncio.Event(), asyncio.Event())
         self.engine.submit(rid, prompt_ids, params, stop_check=text)
-        stream.queue.append(StreamEvent("start", {"id": rid, "prompt_tokens": len(prompt_ids)}))
+        self._push(stream, "start", {"id": rid, "prompt_tokens": len(prompt_ids)})
         self._streams[rid] = stream
         self.counters["requests_accepted"] += 1
         self._wake()
         return stream
 
-    async def events(self, stream: Stream, keepalive_s: float) -> AsyncIterator[StreamEvent | None]:
-        """The stream's events in order, ending with done or error; None means 'send a keep-alive'."""
-        while True:
+    def _push(self, stream: Stream, kind: str, payload: dict) -> None:
+        stream.queue.append(StreamEvent(kind, payload, stream.next_id))
+        stream.next_id += 1
+
+    async def events(self, stream: Stream, keepalive_s: float,
+                     replay: list[StreamEvent] = ()) -> AsyncIterator[StreamEvent | None]:
+        """The stream's events in order, ending with done or error; None means 'send a keep-alive'.
+        A resumed connection first gets `replay`; it stops as soon as another connection takes over."""
+        attachment = stream.attachment
+        for event in replay:
+            yield event
+        while stream.attachment == attachment:
             if stream.queue:
                 event = stream.queue.popleft()
                 stream.taken.set()
+                self._keep(stream, event)
                 if event.kind in ("done", "error"):
                     stream.end_taken = True
                     yield event
@@ -226,12 +253,77 @@ class Hub:
             except TimeoutError:
                 yield None
 
+    # ---- resumption (event loop thread) ----
+
+    def _keep(self, stream: Stream, event: StreamEvent) -> None:
+        """An event taken by a reader stays replayable, within the buffer's events and bytes."""
+        if not self.resume.on:
+            return
+        event.size = len(json.dumps(event.payload))
+        stream.sent.append(event)
+        stream.sent_bytes += event.size
+        while len(stream.sent) > self.resume.buffer_events or stream.sent_bytes > self.resume.buffer_bytes:
+            stream.sent_bytes -= stream.sent.popleft().size
+
+    def attach(self, last_event_id: str) -> tuple[Stream, list[StreamEvent]]:
+        """A reconnect with Last-Event-ID "<request id>:<n>": the stream and the events after n that
+        were already taken; its own queue follows. Refused (a RequestError) before the first byte."""
+        rid, _, n = last_event_id.strip().rpartition(":")
+        if not self.resume.on:
+            raise StreamNotFound("this server does not resume streams (--resume-window 0)")
+        if not rid or not n.isdigit():
+            raise StreamNotFound(f"Last-Event-ID {last_event_id[:80]!r} is not '<request id>:<event number>'")
+        stream = self._streams.get(rid)
+        if stream is None:
+            if rid in self._ended:
+                raise StreamGone(f"stream {rid} can no longer be resumed: {self._ended[rid]}")
+            raise StreamNotFound(f"no stream {rid} on this server")
+        after = int(n)
+        taken = stream.next_id - 1 - len(stream.queue)  # events handed to some connection so far
+        if after > taken:
+            raise StreamNotFound(f"stream {rid} never sent event {after}")
+        replay = [e for e in stream.sent if e.id > after]
+        if after < taken and (not replay or replay[0].id != after + 1):
+            raise ResumeGap(f"stream {rid} no longer keeps the events after {after} (the buffer holds "
+                            f"{self.resume.buffer_events} events or {self.resume.buffer_bytes} bytes)")
+        stream.attachment += 1  # a connection still attached stops at its next event
+        stream.resumptions += 1
+        stream.detached_since = None
+        if stream.expiry is not None:
+            stream.expiry.cancel()
+            stream.expiry = None
+        stream.wakeup.set()
+        return stream, replay
+
+    def leave(self, stream: Stream, attachment: int, resumable: bool) -> None:
+        """A response ended without its last event read. With resumption on (and a resumable
+        route), the stream waits for a reconnect for the window; otherwise it is closed now."""
+        if stream.closed or stream.attachment != attachment:
+            return  # already closed, or another connection took over
+        if not (resumable and self.resume.on) or self.draining:
+            self.close(stream, "shutting_down" if self.draining else "client_gone")
+            return
+        stream.detached_since = self.clock()
+        assert self._loop is not None
+        stream.expiry = self._loop.call_later(self.resume.window_s, self._expire, stream, attachment)
+
+    def _expire(self, stream: Stream, attachment: int) -> None:
+        if stream.attachment == attachment and stream.detached_since is not None:
+            self.close(stream, "resume_expired")
+
     def close(self, stream: Stream, reason: str) -> None:
         """Idempotent, never waits: cancel the sequence if it still runs, unregister the stream."""
         if stream.closed:
             return
         stream.closed = True
         stream.close_reason = reason
+        if stream.expiry is not None:
+            stream.expiry.cancel()
+            stream.expiry = None
+        if self.resume.on:
+            self._ended[stream.request_id] = "it completed and was read" if stream.end_taken else f"closed: {reason}"
+            if len(self._ended) > ENDED_MEMORY:
+                del self._ended[next(iter(self._ended))]
         if not stream.finished:
             self._mark_closed(stream.request_id)
             self.engine.cancel(stream.request_id)
@@ -253,7 +345,7 @@ class Hub:
         self._mark_closed(stream.request_id)
         self.engine.cancel(stream.request_id)
         self.cancellations[error_type] = self.cancellations.get(error_type, 0) + 1
-        stream.queue.append(StreamEvent("error", {"error": {"type": error_type, "message": message}}))
+        self._push(stream, "error", {"error": {"type": error_type, "message": message}})
         stream.finished = True
         stream.wakeup.set()
         self._wake()
@@ -301,8 +393,8 @@ class Hub:
             if stream is None or stream.finished:
                 self.counters["late_events_dropped"] += 1
                 continue
-            stream.queue.append(StreamEvent("token", {"index": tok.index, "token_id": tok.token_id,
-                                                      "text": stream.text.deltas[tok.index]}))
+            self._push(stream, "token", {"index": tok.index, "token_id": tok.token_id,
+                                         "text": stream.text.deltas[tok.index]})
             stream.completion_tokens += 1
             touched[stream.request_id] = stream
         for fin in out.finished:
@@ -311,15 +403,14 @@ class Hub:
                 self.counters["late_events_dropped"] += 1
                 continue
             if fin.reason is FinishReason.CANCELLED:  # cancelled by no one the hub knows: say so
-                stream.queue.append(StreamEvent("error", {"error": {"type": "cancelled",
-                                                                    "message": "the request was cancelled"}}))
+                self._push(stream, "error", {"error": {"type": "cancelled", "message": "the request was cancelled"}})
             else:
                 tail = stream.text.flush()
                 if tail and stream.queue and stream.queue[-1].kind == "token":
                     stream.queue[-1].payload["text"] += tail
-                stream.queue.append(StreamEvent("done", {
+                self._push(stream, "done", {
                     "finish_reason": fin.reason.value,
-                    "usage": {"prompt_tokens": stream.prompt_tokens, "completion_tokens": fin.completion_tokens}}))
+                    "usage": {"prompt_tokens": stream.prompt_tokens, "completion_tokens": fin.completion_tokens}})
             stream.finished = True
             touched[stream.request_id] = stream
         for stream in touched.values():
@@ -420,7 +511,9 @@ class Hub:
         return {
             "blocks_total": engine.blocks_total, "blocks_free": engine.blocks_free,
             "blocks_reserved": engine.blocks_reserved, "waiting": engine.waiting, "running": engine.running,
-            "paused": engine.paused, "streams_registered": len(self._streams), "releases": engine.releases,
+            "paused": engine.paused, "streams_registered": len(self._streams),
+            "streams_detached": sum(1 for st in self._streams.values() if st.detached_since is not None),
+            "releases": engine.releases,
             "double_release_attempts": engine.double_release_attempts, "steps": engine.steps,
             "tokens_generated": engine.tokens_generated, "finished_by_reason": engine.finished_by_reason,
             "cancellations": dict(self.cancellations), "policy": self.cfg.policy.value,

@@ -13,10 +13,11 @@ import argparse
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from streamlab.config import CacheConfig, EngineConfig, ServiceConfig
+from streamlab.config import CacheConfig, EngineConfig, ResumeConfig, ServiceConfig
 from streamlab.policies import BackpressureConfig, Policy
 
 _SERVICE, _ENGINE, _CACHE, _BACKPRESSURE = ServiceConfig(), EngineConfig(), CacheConfig(), BackpressureConfig()
+_RESUME = ResumeConfig()
 
 
 @dataclass(frozen=True)
@@ -60,6 +61,12 @@ SERVE_OPTIONS: tuple[ServeOption, ...] = (
                 "seconds between keep-alive comments when idle", bounds={"gt": 0}),
     ServeOption("graceful_timeout_s", "--graceful-timeout", float, _SERVICE.graceful_timeout_s,
                 "seconds running streams may finish after SIGTERM before they are ended", bounds={"ge": 0}),
+    ServeOption("resume_window_s", "--resume-window", float, _RESUME.window_s,
+                "seconds a stream waits for its client to reconnect with Last-Event-ID; 0 = off", bounds={"ge": 0}),
+    ServeOption("resume_buffer_events", "--resume-buffer-events", int, _RESUME.buffer_events,
+                "events already sent that a reconnect can have replayed", bounds={"ge": 1}),
+    ServeOption("resume_buffer_bytes", "--resume-buffer-bytes", int, _RESUME.buffer_bytes,
+                "payload bytes of those events", bounds={"ge": 1}),
     ServeOption("lab", "--lab", bool, _SERVICE.lab, "allow pad_bytes and response_class (measurements only)"),
 )
 OPTIONS_BY_NAME = {o.name: o for o in SERVE_OPTIONS}
@@ -84,7 +91,8 @@ def service_config(values: Mapping[str, object]) -> ServiceConfig:
         first_token=v["first_token"],
         backpressure=BackpressureConfig(Policy(policy), v["queue_limit"], v["stall_timeout_s"]),
         waiting_limit=v["waiting_limit"], max_tokens_budget=v["max_tokens_budget"], keepalive_s=v["keepalive_s"],
-        graceful_timeout_s=v["graceful_timeout_s"], lab=v["lab"])
+        graceful_timeout_s=v["graceful_timeout_s"], lab=v["lab"],
+        resume=ResumeConfig(v["resume_window_s"], v["resume_buffer_events"], v["resume_buffer_bytes"]))
 
 
 def serve_args(values: Mapping[str, object]) -> list[str]:

@@ -18,22 +18,25 @@ from collections.abc import AsyncIterator
 from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
-from streamlab.hub import Hub, Stream
+from streamlab.hub import Hub, Stream, StreamEvent
 from streamlab.openai_api import ChunkWriter
 from streamlab.sse import encode_comment, encode_json_event
 
 KEEPALIVE = encode_comment("keep-alive") + b"\n"
 
 
-async def sse_body(hub: Hub, stream: Stream, keepalive_s: float, padding: int) -> AsyncIterator[bytes]:
-    """Events are formatted as they are written, so a queue holds small records, not bytes."""
-    event_id = 0
-    async for event in hub.events(stream, keepalive_s):
+async def sse_body(hub: Hub, stream: Stream, keepalive_s: float, padding: int, replay: list[StreamEvent] = (),
+                   retry_ms: int | None = None) -> AsyncIterator[bytes]:
+    """Events are formatted as they are written, so a queue holds small records, not bytes. Each
+    id is "<request id>:<n>", what a reconnect sends back as Last-Event-ID; a resumable stream's
+    first event on each connection carries `retry:`, how long a browser waits to reconnect."""
+    async for event in hub.events(stream, keepalive_s, replay):
         if event is None:
             yield KEEPALIVE
             continue
-        event_id += 1
-        yield encode_json_event(event.kind, event.payload, event_id, padding if event.kind == "token" else 0)
+        yield encode_json_event(event.kind, event.payload, f"{stream.request_id}:{event.id}",
+                                padding if event.kind == "token" else 0, retry_ms)
+        retry_ms = None
 
 
 async def openai_body(hub: Hub, stream: Stream, keepalive_s: float, writer: ChunkWriter,
@@ -58,19 +61,22 @@ class HubStreamingResponse(StreamingResponse):
     """Streams one hub stream's events, encoded by `body`; every way it ends closes the stream once."""
     media_type = "text/event-stream"
 
-    def __init__(self, hub: Hub, stream: Stream, body: AsyncIterator[bytes]) -> None:
+    def __init__(self, hub: Hub, stream: Stream, body: AsyncIterator[bytes], resumable: bool = False) -> None:
         super().__init__(body, headers={
             "X-Request-ID": stream.request_id, "Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
         self.hub = hub
         self.stream = stream
+        self.resumable = resumable
+        self.attachment = stream.attachment  # this connection's claim on the stream
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
             await self.serve(scope, receive, send)
         finally:
-            reason = "finished" if self.stream.end_taken else (
-                "shutting_down" if self.hub.draining else "client_gone")
-            self.hub.close(self.stream, reason)
+            if self.stream.end_taken:
+                self.hub.close(self.stream, "finished")
+            else:  # the client left first: closed now, or kept for a reconnect (resumption)
+                self.hub.leave(self.stream, self.attachment, self.resumable)
 
     async def serve(self, scope: Scope, receive: Receive, send: Send) -> None:
         await super().__call__(scope, receive, send)

@@ -47,11 +47,11 @@ def encode_comment(text: str) -> bytes:
     return "".join(f":{' ' if line else ''}{line}\n" for line in _NEWLINE.split(text)).encode("utf-8")
 
 
-def encode_json_event(event: str, payload: dict, id: int, padding: int = 0) -> bytes:
+def encode_json_event(event: str, payload: dict, id: int | str, padding: int = 0, retry: int | None = None) -> bytes:
     """The service's events: JSON that repeats its type, ASCII-escaped so U+2028/U+0085 never go raw."""
     body = json.dumps({"type": event, **payload}, ensure_ascii=True, separators=(",", ":"))
     pad = encode_comment("x" * padding).decode("ascii") if padding else ""
-    return pad.encode("ascii") + encode_event(body, event=event, id=str(id))
+    return pad.encode("ascii") + encode_event(body, event=event, id=str(id), retry=retry)
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,7 @@ async def test_stream_events_in_order_with_ids_and_request_id(tiny):
         assert r.status == 200 and r.headers["content-type"].startswith("text/event-stream")
         kinds = [e.event for e in r.events]
         assert kinds == ["start"] + ["token"] * 12 + ["done"]
-        assert [e.id for e in r.events] == [str(i) for i in range(1, 15)]
+        assert [e.id for e in r.events] == [f"{r.headers['x-request-id']}:{i}" for i in range(1, 15)]
         assert all(e.json()["type"] == e.event for e in r.events)
         start = r.events[0].json()
         assert start["id"] == r.headers["x-request-id"] and start["prompt_tokens"] == len(tiny.tokenizer.encode(PROMPT))

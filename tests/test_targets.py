@@ -84,7 +84,7 @@ def test_openai_wire_reads_chunks_cut_anywhere():
         text = ""
 
         def __init__(self):
-            self.token_times, self.token_ids = [], []
+            self.token_times, self.token_ids, self.event_ids = [], [], []
     for cut in range(1, len(raw), 37):
         rec, parser, tokens = Rec(), SSEParser(), 0
         for piece in (raw[:cut], raw[cut:]):
