@@ -14,6 +14,7 @@ import dataclasses
 import json
 import logging
 import time
+from pathlib import Path
 from contextlib import asynccontextmanager
 from collections.abc import Callable
 from typing import Literal, TypeVar
@@ -22,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 
 from streamlab.config import CacheConfig, EngineConfig, ServiceConfig
@@ -39,6 +40,7 @@ from streamlab.sampling import SamplingParams
 from streamlab.sse import encode_event
 
 log = logging.getLogger("streamlab.app")
+PAGE = Path(__file__).resolve().parent / "assets" / "page.html"
 server_log = logging.getLogger("uvicorn.error")  # configured by uvicorn, so it reaches the console
 
 
@@ -108,8 +110,38 @@ def parse_body(schema: type[Body], data: dict) -> Body:
         raise InvalidRequest(message, param) from None
 
 
+def query_body(request: Request) -> dict:
+    """GET /v1/stream's query (what EventSource can send) as a body: each field in its schema type."""
+    fields = GenerateRequest.model_fields
+    out: dict = {}
+    for key, value in request.query_params.multi_items():
+        field = fields.get(key)
+        if field is None:
+            out[key] = value  # refused below as an unknown field, by name
+            continue
+        kind = field.annotation
+        try:
+            if key == "stop":
+                out.setdefault("stop", []).append(value)
+            elif kind is int:
+                out[key] = int(value)
+            elif kind is float:
+                out[key] = float(value)
+            elif kind is bool:
+                out[key] = {"true": True, "1": True, "false": False, "0": False}[value.lower()]
+            elif key == "seed":
+                out[key] = int(value) if value else None
+            else:
+                out[key] = value
+        except (ValueError, KeyError):
+            raise InvalidRequest(f"{key}: {value[:40]!r} is not a valid {getattr(kind, '__name__', kind)}",
+                                 key) from None
+    return out
+
+
 async def read_request(request: Request, config: ServiceConfig) -> GenerateRequest:
-    req = parse_body(GenerateRequest, await read_json(request, config))
+    data = query_body(request) if request.method == "GET" else await read_json(request, config)
+    req = parse_body(GenerateRequest, data)
     if not config.lab and (req.pad_bytes or req.response_class != "starlette"):
         raise NotAllowed("pad_bytes and response_class are lab options; start the server with --lab")
     if req.pad_bytes > config.max_pad_bytes:
@@ -245,6 +277,10 @@ def create_app(config: ServiceConfig = ServiceConfig(), loaded: LoadedModel | No
     async def models(request: Request) -> Response:
         return JSONResponse(models_list(request.state.model.name, started_at))
 
+    async def page(request: Request) -> Response:
+        """A page that streams with the browser's EventSource and shows /stats (assets/page.html)."""
+        return HTMLResponse(PAGE.read_text(encoding="utf-8"))
+
     async def stats(request: Request) -> Response:
         return JSONResponse(request.state.hub.stats())
 
@@ -319,7 +355,8 @@ def create_app(config: ServiceConfig = ServiceConfig(), loaded: LoadedModel | No
         return refuse(request, "internal_error", "an internal error occurred", 500)
 
     routes = [
-        Route("/v1/stream", stream, methods=["POST"]),
+        Route("/", page, methods=["GET"]),
+        Route("/v1/stream", stream, methods=["GET", "POST"]),
         Route("/v1/generate", generate, methods=["POST"]),
         Route("/v1/completions", completions, methods=["POST"]),
         Route("/v1/chat/completions", chat_completions, methods=["POST"]),
