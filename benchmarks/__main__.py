@@ -18,7 +18,7 @@ from rich.console import Console
 
 from benchmarks.common import machine, read_json, write_json
 
-SECTIONS = ("step", "bound", "overlap", "peer", "joiners", "slow_readers", "disconnect", "harness")
+SECTIONS = ("step", "bound", "overlap", "peer", "joiners", "slow_readers", "disconnect", "proxy", "harness")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -83,6 +83,10 @@ def run_section(section: str, reps: int, log_dir: Path, say) -> dict:
         from harness.lab import measure_disconnect
 
         return asyncio.run(measure_disconnect("tiny", repetitions=6))
+    if section == "proxy":
+        from benchmarks import proxy
+
+        return proxy.run(reps, say)
     if section == "harness":
         from benchmarks import harness_speed
 

@@ -260,6 +260,83 @@ def disconnect_section(d: dict | None) -> str:
         f"{w['write_only']['generated_per_read']:.2f}.", ""])
 
 
+def proxy_section(p: dict | None) -> str:
+    if not p:
+        return ""
+    rows = [[r["path"], f"{r['ttft_ms']:.1f}", f"{r['gap50_ms']:.1f}", f"{r['gap99_ms']:.1f}", f"{r['gapmax_ms']:.1f}",
+             f"{r['done_ms']:.0f}", f"{r['complete']}/{r['streams']}"] for r in p["buffering"]]
+    direct = p["buffering"][0]
+    ignored = next(r for r in p["buffering"] if "ignored" in r["path"])
+    idle_rows = [[r["scenario"], f"{r['keepalive_s']:g}", f"{r['read_timeout_s']:g}", r["outcome"],
+                  "-" if r["ttft_ms"] is None else f"{r['ttft_ms']:.0f}", "yes" if r["released"] else "**no**"]
+                 for r in p["idle"]]
+    m = p["resume"]
+    return "\n".join([
+        "## A reverse proxy, and resumption (exercises 3 and 4)", "",
+        f"nginx (Debian's) between the client and the server, its configuration otherwise default: "
+        f"{p['buffering'][0]['streams']} streams of {p['buffering'][0]['tokens']} tokens (`tiny`), median of "
+        f"{p['buffering'][0]['runs']} runs per path.", "",
+        _table(["path", "TTFT p50 ms", "gap p50 ms", "gap p99 ms", "largest gap ms", "done p50 ms", "complete"], rows),
+        "",
+        _buffering_words(direct, ignored), "",
+        _table(["path (one reader taking 1 KiB per 0.1 s)", "server released the request after s",
+                "client read the last event after s", "peak queue at the server (events)"],
+               [[r["path"], _r(r["server_released_s"]), _r(r["client_done_s"]), str(r["peak_queue"])]
+                for r in p["slow_reader"]]), "",
+        _slow_words(p["slow_reader"]) + " A client's FIN or RST still reaches the server through nginx "
+        "(`scenarios/proxy_nginx*.yaml`: released within a step).", "",
+        "An idle stream (waiting for a slot, nothing to send) behind `proxy_read_timeout` 0.4 s "
+        "(`scenarios/proxy_idle_*.yaml`):", "",
+        _table(["scenario", "keep-alive every s", "proxy read timeout s", "waiting stream", "its TTFT ms",
+                "all released"], idle_rows), "",
+        "Without keep-alive comments nginx cuts the silent stream at its read timeout (the client sees the "
+        "response end early; the server sees its client go and releases the request); a comment more often "
+        "than the timeout keeps it open. So `--keepalive` must be shorter than every proxy's read timeout "
+        "on the path (nginx's default is 60 s; ours is 15 s).", "",
+        f"Resumption keeps, per stream, the last {m['buffer_events']} events it sent (at most "
+        f"{m['buffer_bytes_limit'] // 1024} KiB of payload) for `--resume-window` seconds after its client "
+        f"leaves, plus what it could not send yet (up to `--queue-limit` events; then the sequence pauses). A "
+        f"full replay buffer of token events costs {m['bytes_per_event']:.0f} bytes per event in the hub "
+        f"(tracemalloc), {m['per_stream_kib']:.0f} KiB per resumable stream; 1,000 streams waiting out their "
+        f"window hold about {m['per_stream_kib'] * 1000 / 1024:.0f} MiB, besides their KV blocks, which stay "
+        "held (paused) until the stream ends or the window expires.", ""])
+
+
+def _buffering_words(direct: dict, ignored: dict) -> str:
+    ratio = ignored["ttft_ms"] / max(direct["ttft_ms"], 1e-9)
+    if ratio < 1.5 and ignored["gapmax_ms"] < 3 * max(direct["gapmax_ms"], 1.0):
+        return (f"For a client that reads as fast as tokens come, nginx's default buffering (our "
+                f"`X-Accel-Buffering: no` ignored) did not hold tokens back: TTFT {ignored['ttft_ms']:.0f} ms against "
+                f"{direct['ttft_ms']:.0f} ms direct ({ratio:.2f}x), largest gap {ignored['gapmax_ms']:.0f} ms against "
+                f"{direct['gapmax_ms']:.0f} ms. nginx buffers the upstream response, but it also writes to the client "
+                "whenever the client can take bytes. For a slow reader:")
+    return (f"With its default buffering and our `X-Accel-Buffering: no` ignored, nginx held tokens back: TTFT "
+            f"{ignored['ttft_ms']:.0f} ms against {direct['ttft_ms']:.0f} ms direct ({ratio:.1f}x), largest gap "
+            f"{ignored['gapmax_ms']:.0f} ms. And for a slow reader:")
+
+
+def _slow_words(rows: list[dict]) -> str:
+    honoured, ignored = rows
+    if None in (honoured["server_released_s"], ignored["server_released_s"], ignored["client_done_s"],
+                honoured["client_done_s"]):
+        return ""
+    absorbed = [r for r in rows if r["server_released_s"] < 0.5 * r["client_done_s"]]
+    if len(absorbed) == 2:
+        return (f"At this volume (300 events of about 100 bytes) the socket buffers between nginx and the client "
+                f"absorb the whole stream on both paths: the server released the request after "
+                f"{honoured['server_released_s']:.2f} s and {ignored['server_released_s']:.2f} s while the client "
+                f"read until {honoured['client_done_s']:.2f} s and {ignored['client_done_s']:.2f} s (peak queue "
+                f"{honoured['peak_queue']} and {ignored['peak_queue']} events). Behind any proxy the server's "
+                "slow-reader policy only sees a reader once the proxy's own buffers are full; with buffering on "
+                "that is nginx's buffers plus its temporary files (up to 1 GiB by default). Not measured here: a "
+                "stream large enough to fill them.")
+    return (f"Honouring the header, the server's queue for the slow reader reached {honoured['peak_queue']} events "
+            f"and the request was released {honoured['server_released_s']:.2f} s in (the client finished at "
+            f"{honoured['client_done_s']:.2f} s); with the header ignored, nginx took the stream into its own buffers: "
+            f"peak queue {ignored['peak_queue']}, released after {ignored['server_released_s']:.2f} s while the "
+            f"client read until {ignored['client_done_s']:.2f} s.")
+
+
 def harness_section(h: dict | None) -> str:
     if not h:
         return ""
@@ -282,7 +359,7 @@ def harness_section(h: dict | None) -> str:
 
 def write_page() -> Path:
     d = {name: read_json(name) for name in ("step", "bound", "overlap", "peer", "joiners", "slow_readers",
-                                            "disconnect", "harness", "timings")}
+                                            "disconnect", "proxy", "harness", "timings")}
     m = next((v["machine"] for v in d.values() if v and "machine" in v), {})
     if d["overlap"]:
         plots.overlap(d["overlap"], d["peer"], d["bound"])
@@ -305,7 +382,7 @@ def write_page() -> Path:
         "ratios measured within one run are the headline, absolute times are this machine's.", "",
         "## Headline", "", table, "",
         overlap_section(d), step_section(d["step"]), joiners_section(d["joiners"]), slow_section(d["slow_readers"]),
-        disconnect_section(d["disconnect"]), harness_section(d["harness"]),
+        disconnect_section(d["disconnect"]), proxy_section(d["proxy"]), harness_section(d["harness"]),
         "## What the numbers do not show", "",
         "- One small model on one 2-core CPU, float32, loopback. Step costs, buffer sizes and delays are this "
         "stack's; a GPU changes the shape (the chapter's 32-stream step cost 1.5x its 1-stream step, here much "

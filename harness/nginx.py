@@ -70,7 +70,7 @@ http {{
             proxy_pass http://app;
             proxy_http_version 1.1;
             proxy_set_header Connection "";
-            proxy_read_timeout {read_timeout_s:g}s;
+            proxy_read_timeout {round(read_timeout_s * 1000)}ms;
             proxy_buffering {"on" if buffering else "off"};
             {"" if honour_accel_buffering else "proxy_ignore_headers X-Accel-Buffering;"}
         }}
