@@ -29,7 +29,7 @@ def build_parser() -> argparse.ArgumentParser:
     model_help = f"preset ({', '.join(PRESETS)}), a local GPT-2 folder, or a GPT-2 name already in the HF cache"
 
     demo = sub.add_parser("demo", help="a few generations alone and together: tokens/s and identity")
-    demo.add_argument("--model", default="tiny", help=model_help)
+    demo.add_argument("--model", default="stdlib-small", help=model_help)
     demo.add_argument("--streams", type=int, default=8)
     demo.add_argument("--max-new-tokens", type=int, default=64)
 

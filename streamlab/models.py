@@ -16,7 +16,7 @@ import torch
 
 from streamlab.errors import ModelLoadError
 from streamlab.model import GPT2, GPT2Shape
-from streamlab.tokenizer import shipped_tokenizer
+from streamlab.tokenizer import ASSETS, shipped_tokenizer
 
 if TYPE_CHECKING:
     from transformers import GPT2Config, GPT2LMHeadModel
@@ -33,6 +33,7 @@ class Preset:
     block_std: float
     proj_gain: float  # extra factor on the residual projections (c_proj)
     description: str
+    weights: str | None = None  # trained weights shipped in assets/ (else drawn from the seed)
 
 
 VOCAB = 8192
@@ -46,6 +47,11 @@ PRESETS: dict[str, Preset] = {
     "gpt2-small-random": Preset(GPT2Shape(VOCAB, 1024, 768, 12, 12), seed=1234, embed_std=0.02, block_std=0.02,
                                 proj_gain=1 / 24 ** 0.5,
                                 description="GPT-2 small's shapes, seeded random weights: for benchmarks"),
+    # Trained by scripts/train_small.py on the standard library's docstrings: text that reads,
+    # for the page and the demo (tests keep `tiny`, whose near-ties make identity checks stronger).
+    "stdlib-small": Preset(GPT2Shape(VOCAB, 256, 128, 3, 4), seed=0, embed_std=0.0, block_std=0.0, proj_gain=1.0,
+                           description="3 layers, 128 wide, trained on stdlib docstrings: for the page and demo",
+                           weights="stdlib-small.safetensors"),
 }
 
 
@@ -105,6 +111,15 @@ def seeded_state_dict(preset: Preset) -> dict[str, torch.Tensor]:
     return sd
 
 
+def trained_state_dict(preset: Preset) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load_file
+
+    path = ASSETS / preset.weights
+    if not path.exists():
+        raise ModelLoadError(f"{path} is missing: run `python scripts/train_small.py`")
+    return {k: v.to(torch.float32) for k, v in load_file(str(path)).items()}
+
+
 def preset_state_dict(model: GPT2) -> dict[str, torch.Tensor]:
     """Our weights back in transformers' names (lm_head is tied to wte)."""
     sd = {"transformer.wte.weight": model.wte, "transformer.wpe.weight": model.wpe,
@@ -124,7 +139,8 @@ def load_model(name: str) -> LoadedModel:
         preset = PRESETS[name]
         tokenizer = shipped_tokenizer()
         eos = tokenizer.eos_token_id
-        model = GPT2.from_hf_state_dict(preset.shape, seeded_state_dict(preset), eos)
+        model = GPT2.from_hf_state_dict(preset.shape, trained_state_dict(preset) if preset.weights
+                                        else seeded_state_dict(preset), eos)
         return LoadedModel(name, model, tokenizer)
     return _load_hf(name)
 
