@@ -199,8 +199,13 @@ class Client:
                 try:
                     conn = await open_connection(self.wire.path, self.wire.body(rec.prompt, rec.request),
                                                  {"last-event-id": rec.event_ids[-1]} if rec.event_ids else None)
+                except (OSError, ConnectionError, asyncio.TimeoutError):
+                    rec.resumes.append(0)
+                    continue
+                try:
                     head = await conn.read_head(READ_DEADLINE_S)
                 except (OSError, ConnectionError, asyncio.TimeoutError):
+                    conn.close("fin")
                     rec.resumes.append(0)
                     continue
                 rec.resumes.append(head.status)

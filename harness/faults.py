@@ -18,14 +18,12 @@ from __future__ import annotations
 import concurrent.futures
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.live import free_port
+from harness.live import free_port, wait_listening
 from harness.scenario import (BandwidthToxic, LatencyToxic, LimitDataToxic, ResetPeerToxic, SlicerToxic,
                               SlowCloseToxic, TimeoutToxic, ToxicSpec)
 
@@ -62,17 +60,11 @@ class ToxiproxyServer:
         self._log = open(self.log_path, "w")
         self.proc = subprocess.Popen([str(self.binary), "-host", "127.0.0.1", "-port", str(self.port)],
                                      stdout=self._log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + START_DEADLINE_S
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise ToxiproxyUnavailable(f"toxiproxy-server exited: {self.log_path.read_text()[-2000:]}")
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
-                    return self
-            except OSError:
-                time.sleep(0.05)
+        problem = wait_listening(self.proc, self.port, START_DEADLINE_S)
+        if problem is None:
+            return self
         self.stop()
-        raise ToxiproxyUnavailable(f"toxiproxy-server did not listen within {START_DEADLINE_S}s")
+        raise ToxiproxyUnavailable(f"toxiproxy-server {problem}: {self.log_path.read_text()[-2000:]}")
 
     def stop(self) -> None:
         if self.proc and self.proc.poll() is None:

@@ -48,23 +48,26 @@ class H2Exchange:
         context.set_alpn_protocols(["h2"])
         reader, writer = await asyncio.wait_for(
             asyncio.open_connection(host, port, ssl=context, server_hostname=server_name), timeout_s)
-        if writer.get_extra_info("ssl_object").selected_alpn_protocol() != "h2":
+        try:
+            if writer.get_extra_info("ssl_object").selected_alpn_protocol() != "h2":
+                raise ConnectionError("the proxy did not agree to HTTP/2 (ALPN)")
+            conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True, header_encoding="utf-8"))
+            conn.initiate_connection()
+            raw = body if isinstance(body, bytes) else (json.dumps(body).encode() if body is not None else b"")
+            hdrs = [(":method", method), (":path", path), (":scheme", "https"), (":authority", f"{server_name}:{port}"),
+                    ("content-length", str(len(raw)))]
+            if body is not None and not isinstance(body, bytes):
+                hdrs.append(("content-type", "application/json"))
+            hdrs += [(k.lower(), v) for k, v in (headers or {}).items()]
+            stream_id = conn.get_next_available_stream_id()
+            conn.send_headers(stream_id, hdrs, end_stream=not raw)
+            if raw:
+                conn.send_data(stream_id, raw, end_stream=True)
+            writer.write(conn.data_to_send())
+            await asyncio.wait_for(writer.drain(), timeout_s)
+        except BaseException:
             writer.close()
-            raise ConnectionError("the proxy did not agree to HTTP/2 (ALPN)")
-        conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True, header_encoding="utf-8"))
-        conn.initiate_connection()
-        raw = body if isinstance(body, bytes) else (json.dumps(body).encode() if body is not None else b"")
-        hdrs = [(":method", method), (":path", path), (":scheme", "https"), (":authority", f"{server_name}:{port}"),
-                ("content-length", str(len(raw)))]
-        if body is not None and not isinstance(body, bytes):
-            hdrs.append(("content-type", "application/json"))
-        hdrs += [(k.lower(), v) for k, v in (headers or {}).items()]
-        stream_id = conn.get_next_available_stream_id()
-        conn.send_headers(stream_id, hdrs, end_stream=not raw)
-        if raw:
-            conn.send_data(stream_id, raw, end_stream=True)
-        writer.write(conn.data_to_send())
-        await asyncio.wait_for(writer.drain(), timeout_s)
+            raise
         return cls(reader, writer, conn, stream_id)
 
     async def _receive(self, timeout_s: float, max_bytes: int = RECV_BYTES) -> None:

@@ -29,6 +29,21 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def wait_listening(proc: subprocess.Popen, port: int, deadline_s: float) -> str | None:
+    """Until something listens on the loopback port (None), or the process exits, or the deadline
+    passes (what went wrong, in words). For servers with no health route (Toxiproxy, nginx)."""
+    deadline = time.monotonic() + deadline_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            return f"exited with {proc.returncode}"
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return None
+        except OSError:
+            time.sleep(0.05)
+    return f"did not listen within {deadline_s:g}s"
+
+
 class ServerProcess:
     """`streamlab serve`; a subclass names another server's command and health route."""
     name = "streamlab serve"

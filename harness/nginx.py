@@ -10,13 +10,11 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
-import time
 from pathlib import Path
 
-from harness.live import free_port
+from harness.live import free_port, wait_listening
 
 TLS_DIR = Path(__file__).resolve().parent.parent / ".tools" / "tls"
 START_DEADLINE_S = 10.0
@@ -90,24 +88,21 @@ class Nginx:
         self.conf.write_text(config_text(self.port, upstream_port, self.prefix, tls, http2, read_timeout_s,
                                          honour_accel_buffering, buffering))
         self.proc: subprocess.Popen | None = None
+        self._stderr = None
 
     def start(self) -> "Nginx":
         binary = nginx_binary()
         if binary is None:
             raise RuntimeError(nginx_unavailable())
+        self._stderr = open(self.prefix / "stderr.log", "w")
         self.proc = subprocess.Popen([binary, "-p", str(self.prefix), "-c", str(self.conf), "-g", "daemon off;"],
-                                     stdout=subprocess.DEVNULL, stderr=open(self.prefix / "stderr.log", "w"))
-        deadline = time.monotonic() + START_DEADLINE_S
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"nginx exited with {self.proc.returncode}: {self.log_tail()}")
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
-                    return self
-            except OSError:
-                time.sleep(0.05)
+                                     stdout=subprocess.DEVNULL, stderr=self._stderr)
+        problem = wait_listening(self.proc, self.port, START_DEADLINE_S)
+        if problem is None:
+            return self
+        tail = self.log_tail()
         self.stop()
-        raise RuntimeError(f"nginx did not listen within {START_DEADLINE_S}s: {self.log_tail()}")
+        raise RuntimeError(f"nginx {problem}: {tail}")
 
     def log_tail(self, lines: int = 20) -> str:
         text = ""
@@ -125,6 +120,8 @@ class Nginx:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(10)
+        if self._stderr is not None:
+            self._stderr.close()
         shutil.rmtree(self.prefix, ignore_errors=True)
 
 

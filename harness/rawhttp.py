@@ -62,7 +62,11 @@ class RawExchange:
         conn = h11.Connection(h11.CLIENT)
         out = conn.send(h11.Request(method=method, target=path, headers=hdrs)) + conn.send(h11.Data(data=raw))
         out += conn.send(h11.EndOfMessage())
-        await asyncio.wait_for(loop.sock_sendall(sock, out), timeout_s)
+        try:
+            await asyncio.wait_for(loop.sock_sendall(sock, out), timeout_s)
+        except BaseException:  # reset while sending (a proxy's reset_peer toxic, say)
+            sock.close()
+            raise
         return cls(sock, conn)
 
     async def _next(self, timeout_s: float, max_bytes: int = RECV_BYTES) -> h11.Event | type[h11.NEED_DATA] | None:

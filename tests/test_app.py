@@ -84,8 +84,10 @@ async def test_cache_too_small_for_a_request_is_422(tiny):
 async def test_unknown_routes_and_methods_are_json(tiny):
     async with running_service(cfg(), tiny) as svc:
         assert (await svc.get("/nope")).json()["error"]["type"] == "not_found"
-        r = await svc.get("/v1/stream")
+        r = await svc.call("/v1/stream", method="PUT")  # GET is EventSource's way in (the page)
         assert r.status == 405 and r.json()["error"]["type"] == "method_not_allowed"
+        r = await svc.get("/v1/stream")  # a GET without a prompt is refused like a POST without one
+        assert r.status == 422 and r.json()["error"]["type"] == "invalid_request"
 
 
 async def test_waiting_limit_gives_429_with_retry_after(tiny):
