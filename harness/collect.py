@@ -101,7 +101,8 @@ class ScenarioItem(pytest.Item):
 
         if self.mode == "live":
             from harness.live_run import live_unavailable
-            reason = live_unavailable(self.scenario)
+            ctx = run_context(self.config)
+            reason = live_unavailable(self.scenario, ctx.target or self.scenario.target)
             if reason:
                 pytest.skip(reason)
             with one_live_run_at_a_time():

@@ -28,12 +28,21 @@ RUN_DEADLINE_S = 600.0
 EXPORTS = Path("results") / "targets"  # models exported for targets that load transformers folders
 
 
+def proxied(scenario: Scenario, every_group: bool = False) -> list:
+    """The groups whose clients go through Toxiproxy: those with network conditions, or, on an
+    external target (every_group), every group not marked direct."""
+    return [g for g in scenario.groups
+            if (g.network and not g.network.direct) or (every_group and not (g.network and g.network.direct))]
+
+
 def needs_proxy(scenario: Scenario) -> bool:
-    return any(g.network and not g.network.direct for g in scenario.groups)
+    return bool(proxied(scenario))
 
 
-def live_unavailable(scenario: Scenario | None = None) -> str | None:
-    if (scenario is None or needs_proxy(scenario)) and find_binary() is None:
+def live_unavailable(scenario: Scenario | None = None, target: Target | None = None) -> str | None:
+    """Why a live run cannot happen here (None: it can). Another target always needs Toxiproxy."""
+    external = target is not None and not target.default
+    if (scenario is None or external or needs_proxy(scenario)) and find_binary() is None:
         return "toxiproxy-server is not installed: run `scripts/dev setup`"
     if scenario is not None and scenario.server.proxy is not None:
         return nginx_unavailable()
@@ -169,13 +178,14 @@ class LiveBackend:
                                                       spec.honour_accel_buffering, spec.buffering).start)
                 front = nginx.port
             proxies: dict[str, ProxyHandle] = {}
-            if needs_proxy(scenario):
+            # Another server than the scenario's own always sits behind Toxiproxy, toxics or not.
+            groups = proxied(scenario, every_group=not self.target.default)
+            if groups:
                 toxiproxy = await asyncio.to_thread(ToxiproxyServer().start)
                 faults = Faults(toxiproxy)
-                for g in scenario.groups:
-                    if g.network and not g.network.direct:
-                        proxies[g.name] = await asyncio.to_thread(faults.create_proxy, f"{scenario.name}__{g.name}",
-                                                                  front, g.network.toxics)
+                for g in groups:
+                    proxies[g.name] = await asyncio.to_thread(faults.create_proxy, f"{scenario.name}__{g.name}",
+                                                              front, g.network.toxics if g.network else [])
             server = LiveServer(endpoint, proxies, wire, self.target, front, spec)
             if server.watch is not None:
                 await server.watch.begin(scenario)  # the capacity probe, then the gauge poller

@@ -112,6 +112,11 @@ def stub_scenario(url: str) -> Scenario:
         "drain_s": 1.0})
 
 
+needs_toxiproxy = pytest.mark.skipif(live_unavailable(target=TARGETS["streamlab-openai"]) is not None,
+                                     reason="toxiproxy-server is not installed: run `scripts/dev setup`")
+
+
+@needs_toxiproxy
 @pytest.mark.parametrize("leak", [False, True])
 def test_a_stub_that_never_lowers_running_fails_leak_free_and_capacity(leak):
     with running(AppServer(stub_app(slots=6, leak=leak))) as stub:
@@ -127,6 +132,7 @@ def test_a_stub_that_never_lowers_running_fails_leak_free_and_capacity(leak):
         assert "2/4 probe requests completed" in " ".join(checks["capacity_restored"].details)
 
 
+@needs_toxiproxy
 def test_no_check_passes_what_the_target_cannot_show():
     with running(AppServer(stub_app(slots=6, leak=True))) as stub:
         scenario = stub_scenario(stub.url)
@@ -143,8 +149,8 @@ def test_no_check_passes_what_the_target_cannot_show():
 @pytest.mark.parametrize("name", PEER_SCENARIOS)
 def test_our_openai_route_gives_the_native_routes_verdicts(name):
     scenario = load_by_name(name)
-    if live_unavailable(scenario):
-        pytest.skip(live_unavailable(scenario))
+    if live_unavailable(scenario, TARGETS["streamlab-openai"]):
+        pytest.skip(live_unavailable(scenario, TARGETS["streamlab-openai"]))
     native = run_scenario(scenario, "live", RunContext(results_dir=None))
     ctx = RunContext(results_dir=None, target=TARGETS["streamlab-openai"])
     openai = run_scenario(scenario, "live", ctx)
@@ -162,8 +168,8 @@ def test_our_openai_route_gives_the_native_routes_verdicts(name):
 @pytest.mark.parametrize("name", PEER_SCENARIOS)
 def test_transformers_serve_through_toxiproxy(name):
     scenario = load_by_name(name)
-    if live_unavailable(scenario):
-        pytest.skip(live_unavailable(scenario))
+    if live_unavailable(scenario, TARGETS["transformers-serve"]):
+        pytest.skip(live_unavailable(scenario, TARGETS["transformers-serve"]))
     outcome = run_scenario(scenario, "live", RunContext(results_dir=None, target=TARGETS["transformers-serve"]))
     findings = FINDINGS.get(("transformers-serve", name), {})
     got = {c.name: c for c in outcome.checks}
