@@ -172,6 +172,8 @@ def run_scenario(scenario: Scenario, mode: str, ctx: RunContext, progress=None) 
         baselines[name] = trace_for(base, mode, ctx)
     checks = run_checks(scenario, trace, solo, baselines)
     gate = regression(trace, ctx.baselines)
+    if gate is not None and not gate.passed and mode == "live":
+        gate = regression(trace, ctx.baselines, again=run_trace(scenario, ctx.backends[mode])[0])
     if gate is not None:
         checks.append(gate)
     if mode == "live" and "sim" in scenario.modes:

@@ -137,12 +137,13 @@ class TargetWatch:
                 "probe_before": self.probes.get("before"), "probe_after": self.probes["after"],
                 "settle_note": self.settle_note}
 
-    async def solo(self, planned, records) -> dict[int, list[int] | str]:
+    async def solo(self, planned, records) -> dict[int, list[int] | str | None]:
         """Each greedy stream's request run alone through the same target (once per distinct request):
-        its token ids where the API gives them, its text otherwise."""
+        its token ids where the API gives them, its text otherwise; None where the target could not
+        run it (identity then says so instead of comparing)."""
         wire = self.server.wire
-        out: dict[int, list[int] | str] = {}
-        done: dict[str, list[int] | str] = {}
+        out: dict[int, list[int] | str | None] = {}
+        done: dict[str, list[int] | str | None] = {}
         for i, pc in enumerate(planned):
             rec = records[i]
             if pc.group.behaviour.kind == "bad_request" or pc.request["temperature"] != 0 or not rec.token_times:
@@ -158,9 +159,14 @@ class TargetWatch:
                         while not ex.ended:
                             for ev in await ex.read_events(1, timeout_s=SOLO_DEADLINE_S):
                                 wire.note(scratch, ev, 0.0)
+                except (OSError, ConnectionError, asyncio.TimeoutError):
+                    pass
                 finally:
                     ex.close_fin()
-                done[key] = scratch.token_ids if self.profile.token_ids and scratch.token_ids else scratch.text
+                if scratch.finish not in ("length", "stop", "eos"):
+                    done[key] = None  # the target could not run it alone (refused, or broken by then)
+                else:
+                    done[key] = scratch.token_ids if self.profile.token_ids and scratch.token_ids else scratch.text
             out[i] = done[key]
         return out
 

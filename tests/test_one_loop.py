@@ -206,3 +206,19 @@ def test_serve_runs_without_the_harness_or_pytest():
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert "--max-prefills-per-step" in proc.stdout and "--first-token" in proc.stdout
+
+
+def test_the_live_gate_takes_the_better_of_two_runs_and_still_fails_a_real_regression():
+    from harness.baseline import regression
+    from harness.clients import StreamRecord
+    from harness.report import Trace
+
+    def trace(ttft_s: float) -> Trace:
+        streams = [StreamRecord("g", i, "reader", "p", {}, sent_at=0.0, token_times=[ttft_s, ttft_s + 0.01],
+                                ended_at=ttft_s + 0.01, finish="length") for i in range(3)]
+        return Trace("s", "live", 0, {}, streams, {}, [], [], [])
+    baselines = {"s": {"live": {"g": {"ttft_s_p50": 0.040}}}}  # bound: 3 x 40 ms + 250 ms = 370 ms
+    stalled, fine = trace(0.547), trace(0.045)
+    assert not regression(stalled, baselines).passed
+    assert regression(stalled, baselines, again=fine).passed  # one stalled run is not a regression
+    assert not regression(stalled, baselines, again=trace(0.600)).passed  # slow twice is
