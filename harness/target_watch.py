@@ -53,27 +53,31 @@ class TargetWatch:
                 "ttft_p50_s": percentile(ttfts, 50)}
 
     async def _one_probe(self, body: dict) -> tuple[float | None, bool]:
-        t0 = time.monotonic()
-        first = None
+        alone = await self._alone(body, PROBE_DEADLINE_S)
+        first = alone.token_times[0] - alone.sent_at if alone.token_times else None
+        return first, alone.finish is not None and alone.complete
+
+    async def _alone(self, body: dict, deadline_s: float) -> "_Scratch":
+        """One request straight to the server (not through Toxiproxy), read to its end within
+        deadline_s, as the wire reads it: what probes and identity references both need."""
+        wire, record = self.server.wire, _Scratch()
+        record.sent_at = time.monotonic()
         try:
-            ex = await RawExchange.open("127.0.0.1", self.server.endpoint.port, "POST", self.server.wire.path, body)
+            ex = await RawExchange.open("127.0.0.1", self.server.endpoint.port, "POST", wire.path, body)
         except OSError:
-            return None, False
-        record = _Scratch()
+            return record
         try:
-            deadline = t0 + PROBE_DEADLINE_S
-            head = await ex.read_head(PROBE_DEADLINE_S)
-            if head.status != 200:
-                return None, False
-            while not ex.ended and time.monotonic() < deadline:
-                for ev in await ex.read_events(1, timeout_s=PROBE_DEADLINE_S):
-                    if self.server.wire.note(record, ev, time.monotonic()) and first is None:
-                        first = time.monotonic() - t0
-            return first, record.finish is not None and ex.ended
+            if (await ex.read_head(deadline_s)).status != 200:
+                return record
+            while not ex.ended and time.monotonic() < record.sent_at + deadline_s:
+                for ev in await ex.read_events(1, timeout_s=deadline_s):
+                    wire.note(record, ev, time.monotonic())
+            record.complete = ex.ended
         except (OSError, asyncio.TimeoutError, ValueError):
-            return first, False
+            pass
         finally:
             ex.close_fin()
+        return record
 
     # ---- through the run ----
 
@@ -150,19 +154,7 @@ class TargetWatch:
                 continue
             key = json.dumps([pc.prompt, pc.request], sort_keys=True)
             if key not in done:
-                scratch = _Scratch()
-                ex = await RawExchange.open("127.0.0.1", self.server.endpoint.port, "POST", wire.path,
-                                            wire.body(pc.prompt, pc.request))
-                try:
-                    head = await ex.read_head(SOLO_DEADLINE_S)
-                    if head.status == 200:
-                        while not ex.ended:
-                            for ev in await ex.read_events(1, timeout_s=SOLO_DEADLINE_S):
-                                wire.note(scratch, ev, 0.0)
-                except (OSError, ConnectionError, asyncio.TimeoutError):
-                    pass
-                finally:
-                    ex.close_fin()
+                scratch = await self._alone(wire.body(pc.prompt, pc.request), SOLO_DEADLINE_S)
                 if scratch.finish not in ("length", "stop", "eos"):
                     done[key] = None  # the target could not run it alone (refused, or broken by then)
                 else:
@@ -176,6 +168,8 @@ class _Scratch:
 
     def __init__(self) -> None:
         self.request_id = self.start_at = self.prompt_tokens = self.finish = self.ended_at = None
+        self.sent_at = 0.0
+        self.complete = False  # the response ended (not cut off by the deadline or an error)
         self.token_times: list[float] = []
         self.token_ids: list[int] = []
         self.event_ids: list[str] = []

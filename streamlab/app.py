@@ -30,7 +30,7 @@ from streamlab.config import CacheConfig, EngineConfig, ServiceConfig
 from streamlab.engine.engine import BatchEngine
 from streamlab.errors import (BodyTooLarge, InvalidJSON, InvalidRequest, ModelNotFound, NotAllowed, Overloaded,
                               RequestError, RequestTooLarge, UnsupportedMediaType, http_status)
-from streamlab.hub import Hub
+from streamlab.hub import Hub, StreamEvent
 from streamlab.metrics import Metrics
 from streamlab.models import LoadedModel, load_model
 from streamlab.openai_api import (ChatCompletionRequest, ChunkWriter, CompletionRequest, chat_prompt, error_object,
@@ -220,14 +220,12 @@ def create_app(config: ServiceConfig = ServiceConfig(), loaded: LoadedModel | No
         events = await collect_unless_gone(request, hub, s)
         if events is None:
             return Response(status_code=499)  # nobody is listening
-        last = events[-1]
+        text, ids, last = generation(events)
         if last.kind == "error":
             err = last.payload["error"]
             return error_response(err["type"], err["message"], 503)
-        tokens = [e.payload for e in events if e.kind == "token"]
-        return JSONResponse({"type": "generation", "id": s.request_id, "text": "".join(t["text"] for t in tokens),
-                             "token_ids": [t["token_id"] for t in tokens], **last.payload},
-                            headers={"X-Request-ID": s.request_id})
+        return JSONResponse({"type": "generation", "id": s.request_id, "text": text, "token_ids": ids,
+                             **last.payload}, headers={"X-Request-ID": s.request_id})
 
     async def openai_route(request: Request, chat: bool) -> Response:
         """/v1/completions and /v1/chat/completions: the same admission, hub and cleanup as /v1/stream."""
@@ -259,14 +257,12 @@ def create_app(config: ServiceConfig = ServiceConfig(), loaded: LoadedModel | No
         events = await collect_unless_gone(request, hub, s)
         if events is None:
             return Response(status_code=499)
-        last = events[-1]
+        text, token_ids, last = generation(events)
         if last.kind == "error":
             err = last.payload["error"]
             return JSONResponse(error_object(err["type"], err["message"], 503), status_code=503)
-        tokens = [e.payload for e in events if e.kind == "token"]
-        return JSONResponse(full_response(chat, s.request_id, loaded.name, "".join(t["text"] for t in tokens),
-                                          [t["token_id"] for t in tokens], last.payload, req.return_token_ids, ids),
-                            headers={"X-Request-ID": s.request_id})
+        return JSONResponse(full_response(chat, s.request_id, loaded.name, text, token_ids, last.payload,
+                                          req.return_token_ids, ids), headers={"X-Request-ID": s.request_id})
 
     async def completions(request: Request) -> Response:
         return await openai_route(request, chat=False)
@@ -277,9 +273,11 @@ def create_app(config: ServiceConfig = ServiceConfig(), loaded: LoadedModel | No
     async def models(request: Request) -> Response:
         return JSONResponse(models_list(request.state.model.name, started_at))
 
+    page_html = PAGE.read_text(encoding="utf-8")  # once, not per request
+
     async def page(request: Request) -> Response:
         """A page that streams with the browser's EventSource and shows /stats (assets/page.html)."""
-        return HTMLResponse(PAGE.read_text(encoding="utf-8"))
+        return HTMLResponse(page_html)
 
     async def stats(request: Request) -> Response:
         return JSONResponse(request.state.hub.stats())
@@ -418,6 +416,12 @@ class FloodResponse(Response):
 
 async def _collect(hub: Hub, stream) -> list:
     return [e async for e in hub.events(stream, keepalive_s=3600) if e is not None]
+
+
+def generation(events: list[StreamEvent]) -> tuple[str, list[int], StreamEvent]:
+    """A collected stream (the non-streaming routes): its text, its token ids, its last event."""
+    tokens = [e.payload for e in events if e.kind == "token"]
+    return "".join(t["text"] for t in tokens), [t["token_id"] for t in tokens], events[-1]
 
 
 async def collect_unless_gone(request: Request, hub: Hub, stream) -> list | None:

@@ -119,7 +119,6 @@ class Stream:
     attachment: int = 0
     detached_since: float | None = None
     expiry: asyncio.TimerHandle | None = None
-    resumptions: int = 0
 
 
 class Hub:
@@ -287,7 +286,6 @@ class Hub:
             raise ResumeGap(f"stream {rid} no longer keeps the events after {after} (the buffer holds "
                             f"{self.resume.buffer_events} events or {self.resume.buffer_bytes} bytes)")
         stream.attachment += 1  # a connection still attached stops at its next event
-        stream.resumptions += 1
         stream.detached_since = None
         if stream.expiry is not None:
             stream.expiry.cancel()
