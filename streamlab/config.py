@@ -40,8 +40,18 @@ class EngineConfig:
     # Prompt tokens packed into one prefill pass (at least one prompt per pass). Bigger passes
     # use the CPU better; each pass's first tokens can go out as soon as it ends.
     prefill_pass_tokens: int = 512
+    # Chunked prefill beside decode: a step runs every running stream's decode token, then as
+    # many prompt chunks as fit in this many tokens, in one pass (0: off, whole prompts
+    # prefilled in passes of their own before the decode, as above).
+    step_token_budget: int = 0
+    # A prompt is cut at fixed multiples of this many tokens, whatever else is in the step, so
+    # its cache and first token do not depend on its neighbours.
+    prefill_chunk_tokens: int = 32
 
     def __post_init__(self) -> None:
+        _require(self.step_token_budget >= 0, f"step_token_budget must be >= 0, got {self.step_token_budget}")
+        _require(self.prefill_chunk_tokens >= 1,
+                 f"prefill_chunk_tokens must be >= 1, got {self.prefill_chunk_tokens}")
         _require(self.max_batch >= 1, f"max_batch must be >= 1, got {self.max_batch}")
         _require(self.prefill_pass_tokens >= 1, f"prefill_pass_tokens must be >= 1, got {self.prefill_pass_tokens}")
         _require(self.max_prefills_per_step >= 0,

@@ -71,6 +71,17 @@ class DecodeBatch:
     groups: list[AttentionGroup]
 
 
+@dataclass(frozen=True)
+class ChunkInput:
+    """Prompt positions start..end-1 of one sequence, run beside a decode batch (chunked prefill)."""
+    token_ids: torch.Tensor  # (n,)
+    start: int
+    slots: torch.Tensor  # (n,) where their K/V go
+    blocks: torch.Tensor  # (1, nb) the blocks holding positions 0..end-1, nb = ceil(end / block_size)
+    masked: torch.Tensor  # (n, nb * block_size) True where key j is after query i's position (or past end)
+    wants_logits: bool  # the chunk ends the prompt: its last position's logits make the first token
+
+
 class Linear:
     """y = x @ w + b for a Conv1D-layout weight (in, out), with the fastest exact kernel we have.
 
@@ -137,8 +148,11 @@ class GPT2:
                                      Linear(lw.fc_w, lw.fc_b, self.prepacked),
                                      Linear(lw.fc2_w, lw.fc2_b, self.prepacked)) for lw in layers]
         self.lm_head = Linear(wte.t(), None, self.prepacked)
-        self.row_quantum = max(probe_row_quantum(shape.n_embd, 4 * shape.n_embd, packed=self.prepacked),
-                               probe_row_quantum(shape.n_embd, shape.vocab_size, packed=self.prepacked))
+        # Every shape a row goes through: one that differs alone (4C -> C gives other bits at 1 row
+        # than at 2+ on this CPU, while C -> 4C does not) sets the quantum for all.
+        C = shape.n_embd
+        self.row_quantum = max(probe_row_quantum(i, o, packed=self.prepacked)
+                               for i, o in {(C, 3 * C), (C, C), (C, 4 * C), (4 * C, C), (C, shape.vocab_size)})
 
     @classmethod
     def from_hf_state_dict(cls, shape: GPT2Shape, sd: dict[str, torch.Tensor], eos_token_id: int | None) -> "GPT2":
@@ -195,24 +209,54 @@ class GPT2:
             x = self._mlp(x, lw, lin)
         return self.lm_head(self._ln(x[ends - 1], self.lnf_w, self.lnf_b))
 
-    @torch.inference_mode()
     def decode(self, batch: DecodeBatch, cache: KVCache) -> torch.Tensor:
         """One token for each of B sequences, K/V stored at write_slots: logits (B, V)."""
+        return self.step_forward(batch, [], cache)
+
+    @torch.inference_mode()
+    def step_forward(self, batch: DecodeBatch | None, chunks: list[ChunkInput], cache: KVCache) -> torch.Tensor:
+        """A decode batch and prompt chunks in one pass: their rows share every matrix product
+        (a row's bits do not depend on the others, see Linear), attention is per decode group and
+        per chunk. Logits (B + chunks that end their prompt, V): the decode rows', then those."""
         s = self.shape
-        B = batch.token_ids.shape[0]
-        M = -(-B // self.row_quantum) * self.row_quantum
-        x = torch.zeros(M, s.n_embd)
-        x[:B] = self.wte[batch.token_ids] + self.wpe[batch.positions]  # (M, C), rows past B are padding
+        B = 0 if batch is None else batch.token_ids.shape[0]
+        sizes = [c.token_ids.shape[0] for c in chunks]
+        N = B + sum(sizes)
+        M = -(-N // self.row_quantum) * self.row_quantum
+        x = torch.zeros(M, s.n_embd)  # rows past N are padding
+        if B:
+            x[:B] = self.wte[batch.token_ids] + self.wpe[batch.positions]
+        starts = [B + sum(sizes[:j]) for j in range(len(chunks))]
+        for c, r in zip(chunks, starts):
+            n = c.token_ids.shape[0]
+            x[r:r + n] = self.wte[c.token_ids] + self.wpe[c.start:c.start + n]
+        slots = torch.cat(([batch.write_slots] if B else []) + [c.slots for c in chunks])
         for i, (lw, lin) in enumerate(zip(self.layers, self.linears)):
             qkv = lin.attn(self._ln(x, lw.ln1_w, lw.ln1_b))  # (M, 3C)
-            q, k, v = (t[:B].reshape(B, s.n_head, s.head_dim) for t in qkv.split(s.n_embd, dim=1))
-            cache.store(i, batch.write_slots, k, v)
+            q, k, v = (t[:N].reshape(N, s.n_head, s.head_dim) for t in qkv.split(s.n_embd, dim=1))
+            cache.store(i, slots, k, v)  # every row's K/V first: a chunk attends to itself through the cache
             attn = torch.zeros(M, s.n_embd)
-            for g in batch.groups:
+            for g in (batch.groups if B else []):
                 attn[g.rows] = self._paged_attention(q[g.rows], cache, i, g)
+            for c, r in zip(chunks, starts):
+                n = c.token_ids.shape[0]
+                attn[r:r + n] = self._chunk_attention(q[r:r + n], cache, i, c)
             x = x + lin.proj(attn)
             x = self._mlp(x, lw, lin)
-        return self.lm_head(self._ln(x, self.lnf_w, self.lnf_b))[:B]
+        last = [r + c.token_ids.shape[0] - 1 for c, r in zip(chunks, starts) if c.wants_logits]
+        rows = torch.cat((torch.arange(B), torch.tensor(last, dtype=torch.long)))
+        out = torch.zeros(-(-len(rows) // self.row_quantum) * self.row_quantum, s.n_embd)
+        out[:len(rows)] = x[rows]  # padded to the row quantum again, so each row keeps its bits
+        return self.lm_head(self._ln(out, self.lnf_w, self.lnf_b))[:len(rows)]
+
+    def _chunk_attention(self, q: torch.Tensor, cache: KVCache, layer: int, c: ChunkInput) -> torch.Tensor:
+        # q: (n, nh, hs) for positions start..end-1, attending over the sequence's blocks up to
+        # `end` (a length set by the sequence and the chunk's fixed boundary alone).
+        k, v = cache.gather(layer, c.blocks)  # (nh, 1, L, hs)
+        n = q.shape[0]
+        out = F.scaled_dot_product_attention(q.transpose(0, 1), k[:, 0], v[:, 0],
+                                             attn_mask=~c.masked[None], scale=self.scale)  # (nh, n, hs)
+        return out.transpose(0, 1).reshape(n, -1)
 
     def _paged_attention(self, q: torch.Tensor, cache: KVCache, layer: int, g: AttentionGroup) -> torch.Tensor:
         # q: (G, nh, hs); k, v: (nh, G, L, hs). One query per sequence and head, attending over

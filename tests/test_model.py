@@ -24,8 +24,23 @@ def test_linear_rows_are_exact_at_every_multiple_of_the_probed_quantum(tiny, pac
 
 
 def test_the_model_uses_the_probed_quantum_of_its_own_kernel(tiny):
-    assert tiny.model.row_quantum == max(probe_row_quantum(64, 256, packed=tiny.model.prepacked),
-                                         probe_row_quantum(64, 8192, packed=tiny.model.prepacked))
+    shapes = [(64, 192), (64, 64), (64, 256), (256, 64), (64, 8192)]
+    assert tiny.model.row_quantum == max(probe_row_quantum(i, o, packed=tiny.model.prepacked) for i, o in shapes)
+
+
+def test_every_linear_gives_a_row_the_same_bits_at_the_quantum_gpt2_small_width():
+    """At GPT-2 small's width 4C -> C alone gives other bits for one row than for two on some
+    CPUs: the quantum must come from every shape, or a lone decode row or prompt chunk drifts."""
+    from streamlab.models import load_model
+
+    model = load_model("gpt2-small-random").model
+    gen = torch.Generator().manual_seed(1)
+    for lin in (model.linears[0].attn, model.linears[0].proj, model.linears[0].fc, model.linears[0].fc2,
+                model.lm_head):
+        x = torch.randn(32, lin.in_features, generator=gen)
+        ref = lin(x)
+        for m in range(model.row_quantum, 33, model.row_quantum):
+            assert torch.equal(lin(x[:m]), ref[:m]), f"{lin.in_features}->{lin.out_features} at {m} rows"
 
 
 def test_probe_returns_a_quantum_that_divides_the_probe_size():

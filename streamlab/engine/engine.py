@@ -3,7 +3,8 @@
 step() is one round: (1) apply the inbox; (2) admit waiting requests in order while there
 are slots and blocks, prefilling each, which makes its first token; (3) decode one token for
 every other running, unpaused sequence in one batched pass over the paged cache; (4) return
-the events. Other threads only record wishes in the inbox, so nothing is removed while its
+the events. With a step token budget (chunked prefill), (2) only admits, and (3) runs the
+decodes and as many prompt chunks as fit in one pass; a prompt's last chunk makes its first token. Other threads only record wishes in the inbox, so nothing is removed while its
 tensors are in use, and release happens at step boundaries in one place (Scheduler.finish).
 """
 
@@ -18,10 +19,10 @@ import torch
 
 from streamlab.config import EngineConfig
 from streamlab.engine.blocks import BlockManager
-from streamlab.engine.scheduler import Scheduler
+from streamlab.engine.scheduler import PromptChunk, ScheduledBatch, Scheduler
 from streamlab.engine.sequence import FinishReason, Sequence, SequenceStatus, StopCheck
 from streamlab.errors import DuplicateRequest, RequestError, RequestTooLarge
-from streamlab.model import GPT2, AttentionGroup, DecodeBatch
+from streamlab.model import GPT2, AttentionGroup, ChunkInput, DecodeBatch
 from streamlab.sampling import SamplingParams, make_rng, sample
 
 
@@ -178,10 +179,14 @@ class BatchEngine:
             self._steps_started = step
             self._apply_inbox(step, finished)
             batch = self.scheduler.schedule(step)
+        if self.config.step_token_budget:
+            return self._mixed_step(step, batch, finished)
         made: list[tuple[Sequence, int]] = []
         for group in self._prefill_passes(batch.prefills):
             slots = [self.cache.slots_for(seq.block_table, 0, len(seq.prompt_ids)) for seq in group]
             logits = self.model.prefill_many([seq.prompt_ids for seq in group], slots, self.cache)
+            for seq in group:
+                seq.prefilled = len(seq.prompt_ids)
             firsts = [(seq, sample(logits[j], seq.params, seq.rng)) for j, seq in enumerate(group)]
             if on_prefill is None:
                 made.extend(firsts)
@@ -199,6 +204,34 @@ class BatchEngine:
         early = on_prefill is not None
         return StepOutput(step, tokens, finished, 0 if early else len(batch.prefills), len(batch.decodes),
                           0 if early else sum(len(s.prompt_ids) for s in batch.prefills))
+
+    def _mixed_step(self, step: int, batch: ScheduledBatch, finished: list[FinishEvent]) -> StepOutput:
+        """Chunked prefill: the decodes and the prompt chunks in one pass; a chunk that ends its
+        prompt makes that sequence's first token, handed over with the rest of the step."""
+        made: list[tuple[Sequence, int]] = []
+        if batch.decodes or batch.chunks:
+            decode = self._decode_batch(batch.decodes) if batch.decodes else None
+            logits = self.model.step_forward(decode, [self._chunk_input(c) for c in batch.chunks], self.cache)
+            made = [(seq, sample(logits[i], seq.params, seq.rng)) for i, seq in enumerate(batch.decodes)]
+            for c in batch.chunks:
+                c.seq.prefilled = c.end
+            firsts = [c.seq for c in batch.chunks if c.last]
+            made += [(seq, sample(logits[len(batch.decodes) + j], seq.params, seq.rng))
+                     for j, seq in enumerate(firsts)]
+        tokens = self._record_tokens(made, step, finished)
+        with self._state_lock:
+            self._steps = step
+        return StepOutput(step, tokens, finished, sum(1 for c in batch.chunks if c.last), len(batch.decodes),
+                          sum(c.end - c.start for c in batch.chunks))
+
+    def _chunk_input(self, c: PromptChunk) -> ChunkInput:
+        bs = self.config.cache.block_size
+        nb = -(-c.end // bs)
+        query = torch.arange(c.start, c.end)
+        return ChunkInput(torch.tensor(c.seq.prompt_ids[c.start:c.end]), c.start,
+                          self.cache.slots_for(c.seq.block_table, c.start, c.end),
+                          torch.tensor([c.seq.block_table[:nb]]),
+                          torch.arange(nb * bs)[None, :] > query[:, None], c.last)
 
     def _prefill_passes(self, seqs: list[Sequence]) -> list[list[Sequence]]:
         """Admitted sequences in arrival order, cut into passes of at most prefill_pass_tokens

@@ -4,12 +4,17 @@ Admission is in arrival order: the head of the waiting queue is admitted when th
 batch slot and the BlockManager can reserve every block it can ever need (prompt plus
 max_new_tokens); if it cannot, nobody behind it jumps the queue.
 `finish()` is the one place a sequence's blocks go back.
+
+With a step token budget (chunked prefill) admission only reserves; a step then carries every
+running stream's decode token first and fills the rest of the budget with prompt chunks of
+admitted sequences, oldest first. A chunk is [k*C, min((k+1)*C, prompt)) for the chunk size C:
+its boundaries depend on the sequence alone, never on the budget left or the neighbours.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from streamlab.config import EngineConfig
 from streamlab.engine.blocks import BlockManager
@@ -17,9 +22,21 @@ from streamlab.engine.sequence import FinishReason, Sequence, SequenceStatus
 
 
 @dataclass(frozen=True)
+class PromptChunk:
+    seq: Sequence
+    start: int
+    end: int
+
+    @property
+    def last(self) -> bool:  # completes the prompt: its last position's logits make the first token
+        return self.end == len(self.seq.prompt_ids)
+
+
+@dataclass(frozen=True)
 class ScheduledBatch:
     prefills: list[Sequence]  # admitted in this step: their prefill makes their first token
     decodes: list[Sequence]  # running, not paused, admitted earlier: one token each
+    chunks: list[PromptChunk] = field(default_factory=list)  # chunked prefill: run beside the decodes
 
 
 class Scheduler:
@@ -49,9 +66,30 @@ class Scheduler:
             seq.admitted_step = step
             self.running.append(seq)
             admitted.append(seq)
+        if self.config.step_token_budget:
+            decodes = [s for s in self.running if not s.paused and s.prefill_done]
+            return ScheduledBatch([], decodes, self._chunks(self.config.step_token_budget - len(decodes)))
         fresh = {id(s) for s in admitted}
         decodes = [s for s in self.running if not s.paused and id(s) not in fresh]
         return ScheduledBatch(admitted, decodes)
+
+    def _chunks(self, budget: int) -> list[PromptChunk]:
+        """Prompt chunks that fit in `budget` tokens, oldest sequence first; at least one whenever a
+        prompt is unfinished, so prefill cannot starve behind a full batch of decodes."""
+        size = self.config.prefill_chunk_tokens
+        chunks: list[PromptChunk] = []
+        for seq in self.running:
+            if seq.paused or seq.prefill_done:
+                continue
+            start = seq.prefilled
+            while start < len(seq.prompt_ids):
+                end = min((start // size + 1) * size, len(seq.prompt_ids))
+                if end - start > budget and chunks:
+                    return chunks
+                chunks.append(PromptChunk(seq, start, end))
+                budget -= end - start
+                start = end
+        return chunks
 
     def postprocess(self, seq: Sequence, token_id: int, eos_token_id: int | None) -> FinishReason | None:
         """Record a new token; say whether it ends the sequence (the caller then calls finish)."""

@@ -39,6 +39,7 @@ class Sequence:
     block_table: list[int] = field(default_factory=list)
     finish_reason: FinishReason | None = None
     admitted_step: int | None = None
+    prefilled: int = 0  # prompt tokens whose K/V are in the cache (chunked prefill)
     finished_step: int | None = None
 
     @property
@@ -53,6 +54,10 @@ class Sequence:
     def max_tokens(self) -> int:
         """Tokens the sequence can ever hold: what admission reserves blocks for."""
         return len(self.prompt_ids) + self.params.max_new_tokens
+
+    @property
+    def prefill_done(self) -> bool:
+        return self.prefilled >= len(self.prompt_ids)
 
     @property
     def is_finished(self) -> bool:
