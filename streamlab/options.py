@@ -47,6 +47,11 @@ SERVE_OPTIONS: tuple[ServeOption, ...] = (
     ServeOption("max_batch", "--max-batch", int, _ENGINE.max_batch, "sequences decoded together", bounds={"ge": 1}),
     ServeOption("max_prefills_per_step", "--max-prefills-per-step", int, _ENGINE.max_prefills_per_step,
                 "admissions (prefills) per engine step; 0 = as many as slots and blocks allow", bounds={"ge": 0}),
+    ServeOption("step_token_budget", "--step-token-budget", int, _ENGINE.step_token_budget,
+                "chunked prefill: tokens per step, every running stream's decode first, then prompt chunks; "
+                "0 = off (whole prompts prefilled before the step's decode)", bounds={"ge": 0}),
+    ServeOption("prefill_chunk_tokens", "--prefill-chunk", int, _ENGINE.prefill_chunk_tokens,
+                "chunked prefill: prompts are cut at multiples of this many tokens", bounds={"ge": 1}),
     ServeOption("first_token", "--first-token", str, _SERVICE.first_token,
                 "send a stream's first token when its own prefill is done, or when the step ends",
                 choices=("prefill", "step")),
@@ -87,7 +92,9 @@ def service_config(values: Mapping[str, object]) -> ServiceConfig:
     return ServiceConfig(
         model=v["model"],
         engine=EngineConfig(max_batch=v["max_batch"], cache=CacheConfig(v["cache_blocks"], v["block_size"]),
-                            max_prefills_per_step=v["max_prefills_per_step"]),
+                            max_prefills_per_step=v["max_prefills_per_step"],
+                            step_token_budget=v["step_token_budget"],
+                            prefill_chunk_tokens=v["prefill_chunk_tokens"]),
         first_token=v["first_token"],
         backpressure=BackpressureConfig(Policy(policy), v["queue_limit"], v["stall_timeout_s"]),
         waiting_limit=v["waiting_limit"], max_tokens_budget=v["max_tokens_budget"], keepalive_s=v["keepalive_s"],
