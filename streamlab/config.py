@@ -43,7 +43,7 @@ class EngineConfig:
     # Chunked prefill beside decode: a step runs every running stream's decode token, then as
     # many prompt chunks as fit in this many tokens, in one pass (0: off, whole prompts
     # prefilled in passes of their own before the decode, as above).
-    step_token_budget: int = 0
+    step_token_budget: int = 128
     # A prompt is cut at fixed multiples of this many tokens, whatever else is in the step, so
     # its cache and first token do not depend on its neighbours.
     prefill_chunk_tokens: int = 32
