@@ -56,6 +56,7 @@ class GenerateRequest(BaseModel):
     seed: int | None = Field(default=None, ge=0, le=2**63 - 1)
     stop: list[str] = Field(default_factory=list, max_length=8)
     ignore_eos: bool = False
+    ttft_deadline_ms: float | None = Field(default=None, gt=0, le=600_000)  # for the deadline gate
     # Lab only (--lab): the chapter's padding device and the response that never listens.
     pad_bytes: int = Field(default=0, ge=0)
     response_class: Literal["starlette", "write_only"] = "starlette"
@@ -167,7 +168,7 @@ def create_app(config: ServiceConfig = ServiceConfig(), loaded: LoadedModel | No
         warm_up(model)
         hub = Hub(BatchEngine(model.model, config.engine), model.tokenizer, config.backpressure,
                   config.waiting_limit, **({"clock": clock} if clock else {}), first_token=config.first_token,
-                  resume=config.resume)
+                  resume=config.resume, admission=config.admission)
         metrics = Metrics(hub)
         hub.start(threaded=threaded)
         app.state.hub = hub  # for the server's signal handler (graceful shutdown)
@@ -183,7 +184,8 @@ def create_app(config: ServiceConfig = ServiceConfig(), loaded: LoadedModel | No
                            "NOT CLEAN" if problems else "clean", stats["releases"], stats["blocks_free"],
                            stats["blocks_total"], f": {problems}" if problems else "")
 
-    def admit(request: Request, ids: list[int], params: SamplingParams, stops: list[str]):
+    def admit(request: Request, ids: list[int], params: SamplingParams, stops: list[str],
+              ttft_deadline_ms: float | None = None):
         """Check the token budget and open a hub stream: the last refusals before the first byte."""
         if not ids:
             raise InvalidRequest("prompt: encodes to no tokens", "prompt")
@@ -191,7 +193,8 @@ def create_app(config: ServiceConfig = ServiceConfig(), loaded: LoadedModel | No
             raise RequestTooLarge(f"prompt ({len(ids)} tokens) plus max_new_tokens ({params.max_new_tokens}) is "
                                   f"over the budget of {config.max_tokens_budget} tokens", "max_tokens")
         hub: Hub = request.state.hub
-        return hub, hub.open(ids, params, stops)
+        deadline_ms = ttft_deadline_ms or config.ttft_deadline_ms or None
+        return hub, hub.open(ids, params, stops, deadline_ms / 1e3 if deadline_ms else None)
 
     resume = config.resume
     retry_ms = resume.retry_ms if resume.on else None
@@ -204,7 +207,8 @@ def create_app(config: ServiceConfig = ServiceConfig(), loaded: LoadedModel | No
             return HubStreamingResponse(hub, s, sse_body(hub, s, config.keepalive_s, 0, replay, retry_ms),
                                         resumable=True)
         req = await read_request(request, config)
-        hub, s = admit(request, request.state.model.tokenizer.encode(req.prompt), _params(req), req.stop)
+        hub, s = admit(request, request.state.model.tokenizer.encode(req.prompt), _params(req), req.stop,
+                       req.ttft_deadline_ms)
         try:
             if req.response_class == "write_only":
                 return WriteOnlyStreamingResponse(hub, s, sse_body(hub, s, config.keepalive_s, req.pad_bytes))
@@ -216,7 +220,8 @@ def create_app(config: ServiceConfig = ServiceConfig(), loaded: LoadedModel | No
 
     async def generate(request: Request) -> Response:
         req = await read_request(request, config)
-        hub, s = admit(request, request.state.model.tokenizer.encode(req.prompt), _params(req), req.stop)
+        hub, s = admit(request, request.state.model.tokenizer.encode(req.prompt), _params(req), req.stop,
+                       req.ttft_deadline_ms)
         events = await collect_unless_gone(request, hub, s)
         if events is None:
             return Response(status_code=499)  # nobody is listening
@@ -246,7 +251,7 @@ def create_app(config: ServiceConfig = ServiceConfig(), loaded: LoadedModel | No
         if req.model != loaded.name:
             raise ModelNotFound(f"the model `{req.model}` does not exist; this server serves `{loaded.name}`",
                                 "model")
-        hub, s = admit(request, ids, req.sampling(max_new), req.stops)
+        hub, s = admit(request, ids, req.sampling(max_new), req.stops, req.ttft_deadline_ms)
         if req.stream:
             writer = ChunkWriter(chat, s.request_id, loaded.name, req.include_usage, req.return_token_ids)
             try:
@@ -341,7 +346,7 @@ def create_app(config: ServiceConfig = ServiceConfig(), loaded: LoadedModel | No
 
     async def on_request_error(request: Request, exc: RequestError) -> Response:
         request.state.hub.counters["requests_refused"] += 1
-        headers = {"Retry-After": "1"} if isinstance(exc, Overloaded) else None
+        headers = {"Retry-After": str(getattr(exc, "retry_after_s", 1))} if isinstance(exc, Overloaded) else None
         return refuse(request, exc.error_type, str(exc), http_status(exc), headers, exc.param)
 
     async def on_http_error(request: Request, exc: HTTPException) -> Response:

@@ -91,6 +91,10 @@ class ServiceConfig:
     # "step": with the rest of the step's events, when the whole step ends (the chapter's lab).
     first_token: str = "prefill"
     resume: ResumeConfig = ResumeConfig()
+    # "waiting-limit": refuse when waiting_limit requests wait; "deadline": a request with a
+    # first-token deadline is refused when it is predicted to miss it (streamlab/deadline.py).
+    admission: str = "waiting-limit"
+    ttft_deadline_ms: float = 0.0  # the deadline of a request that names none; 0: none
     max_body_bytes: int = 64 * 1024
     max_pad_bytes: int = 1024 * 1024
 
@@ -100,4 +104,7 @@ class ServiceConfig:
         _require(self.keepalive_s > 0, f"keepalive must be > 0 s, got {self.keepalive_s}")
         _require(self.first_token in ("prefill", "step"),
                  f"first_token must be 'prefill' or 'step', got {self.first_token!r}")
+        _require(self.admission in ("waiting-limit", "deadline"),
+                 f"admission must be 'waiting-limit' or 'deadline', got {self.admission!r}")
+        _require(self.ttft_deadline_ms >= 0, f"ttft deadline must be >= 0 ms, got {self.ttft_deadline_ms}")
         _require(self.graceful_timeout_s >= 0, f"graceful timeout must be >= 0 s, got {self.graceful_timeout_s}")

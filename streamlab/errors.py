@@ -15,6 +15,7 @@
     │   │   ├── StreamGone              expired, or completed and read (410)
     │   │   └── ResumeGap               events after that id are no longer kept (409)
     │   ├── Overloaded                  the waiting limit is reached (429, Retry-After)
+    │   │   └── DeadlineUnmeetable      its first token is predicted past its deadline (429, Retry-After)
     │   └── ShuttingDown                the server is draining (503)
     ├── ModelLoadError                  a model name or path that cannot be loaded
     └── InvariantViolation              the engine's books do not balance (a bug)
@@ -83,6 +84,14 @@ class ResumeGap(ResumeNotPossible):
 
 class Overloaded(RequestError):
     error_type = "overloaded"
+
+
+class DeadlineUnmeetable(Overloaded):
+    error_type = "deadline_unmeetable"
+
+    def __init__(self, message: str, retry_after_s: int = 1) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
 
 
 class ShuttingDown(RequestError):

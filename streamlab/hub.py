@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import math
 import logging
 import threading
 import time
@@ -30,7 +31,8 @@ from streamlab.detokenizer import TextStream, token_byte_table
 from streamlab.engine.engine import BatchEngine, StepOutput
 from streamlab.engine.sequence import FinishReason
 from streamlab.config import ResumeConfig
-from streamlab.errors import Overloaded, ResumeGap, ShuttingDown, StreamGone, StreamNotFound
+from streamlab.deadline import StepCostModel, predict_ttft_s
+from streamlab.errors import DeadlineUnmeetable, Overloaded, ResumeGap, ShuttingDown, StreamGone, StreamNotFound
 from streamlab.policies import Action, BackpressureConfig, Policy, admits, backpressure
 from streamlab.sampling import SamplingParams
 
@@ -124,8 +126,10 @@ class Stream:
 class Hub:
     def __init__(self, engine: BatchEngine, tokenizer, backpressure_cfg: BackpressureConfig = BackpressureConfig(),
                  waiting_limit: int = 64, clock: Clock = time.monotonic, first_token: str = "prefill",
-                 resume: ResumeConfig = ResumeConfig()) -> None:
+                 resume: ResumeConfig = ResumeConfig(), admission: str = "waiting-limit") -> None:
         self.engine = engine
+        self.admission = admission  # "waiting-limit", or "deadline": requests with a deadline pass the gate
+        self.step_costs = StepCostModel()  # fed by every step, read by the deadline gate
         self.resume = resume
         self._ended: dict[str, str] = {}  # request id -> why it can no longer be resumed (bounded, oldest first)
         # The naive policy waits for readers after each step; it keeps per-step delivery.
@@ -157,7 +161,8 @@ class Hub:
         self.counters = {"requests_accepted": 0, "requests_refused": 0, "late_events_dropped": 0,
                          "streams_closed": 0}
         self.cancellations: dict[str, int] = {"client_gone": 0, "slow_client": 0, "shutting_down": 0,
-                                              "internal_error": 0, "resume_expired": 0}
+                                              "internal_error": 0, "resume_expired": 0, "deadline_expired": 0}
+        self.counters["deadline_refused"] = 0
 
     # ---- life cycle (owned by the app's lifespan) ----
 
@@ -205,11 +210,25 @@ class Hub:
 
     # ---- streams (event loop thread) ----
 
-    def open(self, prompt_ids: list[int], params: SamplingParams, stops: list[str]) -> Stream:
-        """Admit a request to the engine or raise a RequestError; nothing is sent yet."""
+    def open(self, prompt_ids: list[int], params: SamplingParams, stops: list[str],
+             ttft_deadline_s: float | None = None) -> Stream:
+        """Admit a request to the engine or raise a RequestError; nothing is sent yet.
+
+        Admission: under `deadline`, a request with a first-token deadline is refused when its
+        predicted first-token time is past it, and dropped with an error event if the deadline
+        passes while it still waits for a slot; one without a deadline (and every request under
+        `waiting-limit`) is refused when the waiting limit is reached."""
         if self.failure is not None or self.draining:
             raise ShuttingDown("the server is shutting down")
-        if not admits(self.engine.stats().waiting, self.waiting_limit):
+        gated = self.admission == "deadline" and ttft_deadline_s is not None
+        if gated:
+            predicted = predict_ttft_s(self.engine.queue_snapshot(), len(prompt_ids), self.step_costs)
+            if predicted > ttft_deadline_s:
+                self.counters["deadline_refused"] += 1
+                raise DeadlineUnmeetable(
+                    f"the first token is predicted in {predicted * 1e3:.0f} ms, past the deadline of "
+                    f"{ttft_deadline_s * 1e3:.0f} ms; retry later", max(1, math.ceil(predicted - ttft_deadline_s)))
+        elif not admits(self.engine.stats().waiting, self.waiting_limit):
             raise Overloaded(f"{self.waiting_limit} requests are already waiting for a slot; retry later")
         rid = f"req-{next(self._ids)}"
         text = TextStream(self._token_bytes, stops)
@@ -218,8 +237,17 @@ class Hub:
         self._push(stream, "start", {"id": rid, "prompt_tokens": len(prompt_ids)})
         self._streams[rid] = stream
         self.counters["requests_accepted"] += 1
+        if gated:
+            assert self._loop is not None
+            self._loop.call_later(ttft_deadline_s, self._deadline_passed, stream)
         self._wake()
         return stream
+
+    def _deadline_passed(self, stream: Stream) -> None:
+        """A gated request still waiting for a slot at its deadline is dropped (it holds no blocks)."""
+        if not stream.finished and not stream.closed and self.engine.is_waiting(stream.request_id):
+            self._end_with_error(stream, "deadline_expired",
+                                 "the first-token deadline passed while the request waited for a slot")
 
     def _push(self, stream: Stream, kind: str, payload: dict) -> None:
         stream.queue.append(StreamEvent(kind, payload, stream.next_id))
@@ -447,19 +475,21 @@ class Hub:
         """One engine step: first tokens handed over per prefill pass, releases noted, the step
         logged, and its events posted to the event loop at the time the clock says it ended."""
         began = clock.begin()
-        prefilled_early = 0
+        prefilled_early = prefill_tokens_early = 0
 
         def hand_over(part: StepOutput) -> None:  # mid-step: a prefill pass's first tokens go out now
-            nonlocal prefilled_early
+            nonlocal prefilled_early, prefill_tokens_early
             at = clock.done(part)
             self._record_releases(part, at)
             prefilled_early += part.prefilled
+            prefill_tokens_early += part.prefill_tokens
             clock.post(at, self._deliver, part, at)
 
         out = self.engine.step(hand_over if self.early_first_token else None)
         end = clock.end(out)
         self._record_releases(out, end)
         self.step_log.append((began, end - began, out.prefilled + prefilled_early, out.decoded))
+        self.step_costs.observe(out.decoded + out.prefill_tokens + prefill_tokens_early, end - began)
         if not self.waits_for_readers:
             clock.post(end, self._deliver, out, end)
         return out, end

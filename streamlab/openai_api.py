@@ -65,6 +65,8 @@ class _Common(BaseModel):
     top_k: int = Field(default=0, ge=0)
     ignore_eos: bool = False
     return_token_ids: bool = False
+    # Ours: the first-token deadline the server's deadline gate holds the request to.
+    ttft_deadline_ms: float | None = Field(default=None, gt=0, le=600_000)
 
     @model_validator(mode="after")
     def _check(self):

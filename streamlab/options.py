@@ -53,13 +53,20 @@ SERVE_OPTIONS: tuple[ServeOption, ...] = (
     ServeOption("prefill_chunk_tokens", "--prefill-chunk", int, _ENGINE.prefill_chunk_tokens,
                 "chunked prefill: prompts are cut at multiples of this many tokens", bounds={"ge": 1}),
     ServeOption("first_token", "--first-token", str, _SERVICE.first_token,
-                "send a stream's first token when its own prefill is done, or when the step ends",
+                "send a stream's first token when its own prefill is done, or when the step ends (whole-prompt "
+                "prefill only: with a step token budget it comes with its step's one pass)",
                 choices=("prefill", "step")),
     ServeOption("cache_blocks", "--cache-blocks", int, _CACHE.num_blocks, "KV cache blocks in the pool",
                 bounds={"ge": 1}),
     ServeOption("block_size", "--block-size", int, _CACHE.block_size, "tokens per cache block", bounds={"ge": 1}),
     ServeOption("waiting_limit", "--waiting-limit", int, _SERVICE.waiting_limit,
                 "requests waiting for a slot before 429", bounds={"ge": 1}),
+    ServeOption("admission", "--admission", str, _SERVICE.admission,
+                "waiting-limit: refuse when --waiting-limit requests wait; deadline: refuse a request whose "
+                "first token is predicted past its ttft_deadline_ms (429 deadline_unmeetable), drop one whose "
+                "deadline passes while it waits", choices=("waiting-limit", "deadline")),
+    ServeOption("ttft_deadline_ms", "--ttft-deadline", float, _SERVICE.ttft_deadline_ms,
+                "first-token deadline in ms for requests that name none; 0 = none", bounds={"ge": 0}),
     ServeOption("max_tokens_budget", "--max-tokens-budget", int, _SERVICE.max_tokens_budget,
                 "prompt + max_new_tokens per request", bounds={"ge": 2}),
     ServeOption("keepalive_s", "--keepalive", float, _SERVICE.keepalive_s,
@@ -97,7 +104,8 @@ def service_config(values: Mapping[str, object]) -> ServiceConfig:
                             prefill_chunk_tokens=v["prefill_chunk_tokens"]),
         first_token=v["first_token"],
         backpressure=BackpressureConfig(Policy(policy), v["queue_limit"], v["stall_timeout_s"]),
-        waiting_limit=v["waiting_limit"], max_tokens_budget=v["max_tokens_budget"], keepalive_s=v["keepalive_s"],
+        waiting_limit=v["waiting_limit"], admission=v["admission"], ttft_deadline_ms=v["ttft_deadline_ms"],
+        max_tokens_budget=v["max_tokens_budget"], keepalive_s=v["keepalive_s"],
         graceful_timeout_s=v["graceful_timeout_s"], lab=v["lab"],
         resume=ResumeConfig(v["resume_window_s"], v["resume_buffer_events"], v["resume_buffer_bytes"]))
 

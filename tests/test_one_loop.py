@@ -22,7 +22,7 @@ from tests.asgi import running_service
 
 NON_DEFAULT = {"model": "tiny", "policy": Policy.DROP, "queue_limit": 5, "stall_timeout_s": 0.4, "max_batch": 7,
                "max_prefills_per_step": 3, "step_token_budget": 48, "prefill_chunk_tokens": 16, "first_token": "step", "cache_blocks": 333, "block_size": 8,
-               "waiting_limit": 11, "max_tokens_budget": 555, "keepalive_s": 2.5, "graceful_timeout_s": 1.5,
+               "waiting_limit": 11, "admission": "deadline", "ttft_deadline_ms": 250.0, "max_tokens_budget": 555, "keepalive_s": 2.5, "graceful_timeout_s": 1.5,
                "resume_window_s": 4.5, "resume_buffer_events": 77, "resume_buffer_bytes": 9999, "lab": True}
 
 
@@ -57,8 +57,10 @@ def test_the_step_thread_and_the_simulation_run_the_same_step_loop(monkeypatch, 
 
 
 def test_the_simulation_hands_first_tokens_over_per_prefill_like_the_server():
-    """--first-token prefill: a joiner's first token comes before the end of the step it was prefilled in."""
+    """--first-token prefill: a joiner's first token comes before the end of the step it was prefilled in
+    (whole-prompt prefill: with a step token budget the prefill is part of the step's one pass)."""
     scenario = load_by_name("late_joiners_8")
+    scenario = scenario.model_copy(update={"server": scenario.server.model_copy(update={"step_token_budget": 0})})
     early, _ = runner.simulate(scenario)
     step = scenario.model_copy(update={"server": scenario.server.model_copy(update={"first_token": "step"})})
     late, _ = runner.simulate(step)

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 import torch
 
 from streamlab.config import EngineConfig
+from streamlab.deadline import QueueSnapshot
 from streamlab.engine.blocks import BlockManager
 from streamlab.engine.scheduler import PromptChunk, ScheduledBatch, Scheduler
 from streamlab.engine.sequence import FinishReason, Sequence, SequenceStatus, StopCheck
@@ -326,6 +327,25 @@ class BatchEngine:
                 steps=self._steps, tokens_generated=self._tokens_generated,
                 requests_submitted=self._submitted, requests_finished=sum(self._finished_by_reason.values()),
                 finished_by_reason=dict(self._finished_by_reason))
+
+    def is_waiting(self, request_id: str) -> bool:
+        """Submitted and not yet admitted (holds no blocks yet)."""
+        with self._inbox_lock:
+            seq = self._live.get(request_id)
+            return seq is not None and seq.status is SequenceStatus.WAITING
+
+    def queue_snapshot(self) -> QueueSnapshot:
+        """The queue as the deadline gate sees it (streamlab.deadline)."""
+        with self._state_lock:
+            with self._inbox_lock:
+                pending = [len(w.seq.prompt_ids) for w in self._inbox if w.kind == "submit"]
+            sched = self.scheduler
+            chunked = self.config.step_token_budget > 0
+            return QueueSnapshot(
+                self.config.max_batch, self.config.step_token_budget, self.config.prefill_chunk_tokens,
+                [len(s.prompt_ids) - s.prefilled if chunked else 0 for s in sched.running],
+                [s.params.max_new_tokens - len(s.output_ids) for s in sched.running],
+                [len(s.prompt_ids) for s in sched.waiting] + pending)
 
     def check_invariants(self) -> list[str]:
         """Broken invariants of the block pool and the scheduler; empty when healthy."""

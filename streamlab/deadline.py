@@ -1,0 +1,94 @@
+"""The deadline gate (the chapter's exercise 5): predict a request's first-token time from the
+queue ahead of it and the step costs measured so far; refuse it before the first byte when its
+deadline cannot be met. No clock and no I/O here: the hub feeds steps in and asks.
+
+The predictor, in short:
+- A step costs about `fixed + per_row x rows` (rows: decode tokens plus prompt tokens in it),
+  fitted by least squares over the last steps the server ran (a prior until enough are seen).
+- Prompt tokens ahead: those of running sequences not yet prefilled, of every waiting request,
+  and the request's own. With chunked prefill a step carries the running decodes and fills the
+  rest of its budget with them; without it they run as one long prefill before the next decode.
+- If no batch slot is free for it, the request first waits for enough running sequences to
+  end: the k-th shortest remaining output, in decode steps.
+- Predicted TTFT = slot wait + the steps that clear the tokens ahead, plus half a step for the
+  one running now.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import threading
+from collections import deque
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class QueueSnapshot:
+    """What a prediction needs to know about the engine, read under its lock."""
+    max_batch: int
+    step_token_budget: int  # 0: whole prompts prefilled before the decode
+    chunk_tokens: int
+    running_unprefilled: list[int]  # prompt tokens still to prefill, per running sequence
+    running_remaining: list[int]  # output tokens still to make, per running sequence
+    waiting_prompts: list[int]  # prompt tokens of each waiting request, in order
+
+
+class StepCostModel:
+    """step seconds ~ fixed + per_row x rows, over the most recent steps."""
+
+    def __init__(self, window: int = 128, prior_fixed_s: float = 0.01, prior_per_row_s: float = 0.001,
+                 min_points: int = 8) -> None:
+        self.points: deque[tuple[int, float]] = deque(maxlen=window)
+        self.prior = (prior_fixed_s, prior_per_row_s)
+        self.min_points = min_points
+        self._fit: tuple[float, float] | None = None
+        self._lock = threading.Lock()  # the step thread observes, the event loop predicts
+
+    def observe(self, rows: int, seconds: float) -> None:
+        if rows > 0:
+            with self._lock:
+                self.points.append((rows, seconds))
+                self._fit = None
+
+    def coefficients(self) -> tuple[float, float]:
+        with self._lock:
+            if self._fit is None:
+                self._fit = self._least_squares(list(self.points))
+            return self._fit
+
+    def _least_squares(self, points: list[tuple[int, float]]) -> tuple[float, float]:
+        if len(points) < self.min_points:
+            return self.prior
+        xs = [r for r, _ in points]
+        ys = [s for _, s in points]
+        mx, my = statistics.fmean(xs), statistics.fmean(ys)
+        var = sum((x - mx) ** 2 for x in xs)
+        if var == 0:  # every step the same size: no slope to fit, charge it all per row
+            return 0.0, my / mx
+        slope = max(sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / var, 0.0)
+        return max(my - slope * mx, 0.0), slope
+
+    def step_s(self, rows: int) -> float:
+        fixed, per_row = self.coefficients()
+        return fixed + per_row * rows
+
+
+def predict_ttft_s(q: QueueSnapshot, prompt_tokens: int, costs: StepCostModel) -> float:
+    """Seconds from now to a new request's first token, if it were admitted now."""
+    decoding = len(q.running_remaining) - sum(1 for u in q.running_unprefilled if u)
+    ahead = sum(q.running_unprefilled) + sum(q.waiting_prompts) + prompt_tokens
+    slot_wait = 0.0
+    over = len(q.running_remaining) + len(q.waiting_prompts) + 1 - q.max_batch
+    if over > 0:  # wait for `over` running sequences to end, shortest first
+        ends = sorted(q.running_remaining)
+        k = min(over, len(ends))
+        steps = ends[k - 1] if k else 0
+        slot_wait = steps * costs.step_s(decoding)
+    in_progress = 0.5 * costs.step_s(decoding + min(ahead, q.step_token_budget or ahead))
+    if q.step_token_budget:
+        room = max(q.step_token_budget - decoding, q.chunk_tokens)
+        steps = math.ceil(ahead / room)
+        return slot_wait + in_progress + steps * costs.step_s(decoding + room)
+    # Whole prompts: their prefill runs before the step's decode, and the first token comes with it.
+    return slot_wait + in_progress + costs.step_s(ahead) + costs.step_s(decoding)
