@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from harness.report import Trace, metric_values, outcomes, percentile
+from harness.report import Trace, goodput, metric_values, outcomes, percentile
 from harness.scenario import PARITY_COMPLETION, PARITY_TTFT, BadRequest, Reconnector, Scenario
 from harness.targets import PROFILES, unobservable
 
@@ -129,6 +129,12 @@ def finish_reasons(scenario: Scenario, trace: Trace) -> CheckResult:
             got[key] = got.get(key, 0) + 1
         figures.append(f"{group.name}: " + ", ".join(f"{k} {v}" for k, v in sorted(got.items())))
         want = scenario.expect.finish_reasons.get(group.name)
+        vary = scenario.expect.outcomes_vary
+        if vary is not None and group.name in vary.groups:
+            stray = sorted(set(got) - set(vary.allowed))
+            if stray:
+                problems.append(f"{group.name}: {stray} not among {vary.allowed}")
+            continue
         if want is not None and openai:
             merged: dict[str, int] = {}
             for k, v in want.items():
@@ -167,6 +173,19 @@ def latency(scenario: Scenario, trace: Trace, baselines: dict[str, Trace]) -> Ch
         if value > limit:
             problems.append(f"{label} = {value * 1e3:.1f}ms > {limit * 1e3:.1f}ms")
     return CheckResult("latency", not problems, "; ".join(figures) or "none", "; ".join(bounds), problems)
+
+
+def goodput_check(scenario: Scenario, trace: Trace) -> CheckResult:
+    """Each named group: at least this share of its requests met its SLO."""
+    problems, figures, bounds = [], [], []
+    for name, least in scenario.expect.goodput.items():
+        slo = next(g.slo for g in scenario.groups if g.name == name)
+        g = goodput(trace.group(name), slo)
+        figures.append(f"{name} {g['good']}/{g['requests']} met the SLO ({g['per_s']:.2f}/s)")
+        bounds.append(f"{name} >= {least:.0%}")
+        if g["fraction"] < least:
+            problems.append(f"{name}: {g['fraction']:.0%} < {least:.0%}")
+    return CheckResult("goodput", not problems, "; ".join(figures), "; ".join(bounds), problems)
 
 
 def release_within(scenario: Scenario, trace: Trace) -> CheckResult:
@@ -260,6 +279,8 @@ def run_checks(scenario: Scenario, trace: Trace, solo: dict[int, list[int] | str
         results.append(identity(trace, solo))
     if e.latency:
         results.append(latency(scenario, trace, baselines or {}))
+    if e.goodput:
+        results.append(goodput_check(scenario, trace))
     if e.release_within is not None:
         results.append(unless_hidden("release_within", lambda: release_within(scenario, trace) if native
                                      else release_by_gauges(scenario, trace)))
@@ -306,9 +327,12 @@ def parity(scenario: Scenario, live: Trace, sim: Trace, judge_timing: bool = Tru
     TTFT and completion p50 within a ratio (the scenario may widen it for some groups, with a reason)."""
     problems, ratios = [], []
     wider = scenario.expect.parity
+    varying = set(scenario.expect.outcomes_vary.groups) if scenario.expect.outcomes_vary else set()
     for name in dict.fromkeys(s.group for s in sim.streams):
         got_live, got_sim = outcomes(live.group(name)), outcomes(sim.group(name))
-        if got_live != got_sim:
+        if got_live != got_sim and name in varying:
+            ratios.append(f"{name} outcomes live {got_live}, sim {got_sim} (decided by timing)")
+        elif got_live != got_sim:
             problems.append(f"{name}: live {got_live}, sim {got_sim}")
         for metric, lo, hi in timing_tolerance(scenario, name):
             r = timing_ratio(live, sim, name, metric)
@@ -324,7 +348,7 @@ def parity(scenario: Scenario, live: Trace, sim: Trace, judge_timing: bool = Tru
         n = min(len(a.token_ids), len(b.token_ids))
         if a.token_ids[:n] != b.token_ids[:n]:
             problems.append(f"{a.group}#{a.index}: live and sim tokens differ")
-    if len(live.releases) != len(sim.releases):
+    if len(live.releases) != len(sim.releases) and not varying:
         problems.append(f"releases: live {len(live.releases)}, sim {len(sim.releases)}")
     if leak_free(live).passed != leak_free(sim).passed:
         problems.append("one mode leaked and the other did not")

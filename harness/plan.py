@@ -63,6 +63,8 @@ def plan(scenario: Scenario, tokenizer) -> list[PlannedClient]:
                 req["seed"] += i
             else:
                 req.pop("seed")
+            if req["ttft_deadline_ms"] is None:
+                req.pop("ttft_deadline_ms")
             if not scenario.server.lab:  # lab options only go out when the server allows them
                 req.pop("pad_bytes")
                 req.pop("response_class")

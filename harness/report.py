@@ -68,6 +68,31 @@ def metric_values(streams: list[StreamRecord], metric: str) -> list[float]:
     raise ValueError(f"unknown metric {metric}")
 
 
+def meets_slo(s: StreamRecord, slo) -> bool:
+    """Finished normally, first token within slo.ttft_ms, later tokens within slo.tpot_ms each on average."""
+    if s.outcome not in ("length", "eos", "stop") or not s.token_times or s.sent_at is None or s.ended_at is None:
+        return False
+    ttft = s.token_times[0] - s.sent_at
+    if slo.ttft_ms is not None and ttft * 1e3 > slo.ttft_ms:
+        return False
+    if slo.tpot_ms is not None and len(s.token_times) > 1:
+        tpot = (s.token_times[-1] - s.token_times[0]) / (len(s.token_times) - 1)
+        if tpot * 1e3 > slo.tpot_ms:
+            return False
+    return True
+
+
+def goodput(streams: list[StreamRecord], slo) -> dict:
+    """Requests that met the SLO: their count, their share of all requests, and per second of
+    the group's span (first request sent to last request ended)."""
+    sent = [s.sent_at for s in streams if s.sent_at is not None]
+    ends = [t for s in streams for t in (s.ended_at, s.closed_at, s.head_at) if t is not None]
+    span = (max(ends) - min(sent)) if sent and ends else 0.0
+    good = sum(meets_slo(s, slo) for s in streams)
+    return {"good": good, "requests": len(streams), "fraction": good / len(streams) if streams else 0.0,
+            "span_s": span, "per_s": good / span if span > 0 else 0.0}
+
+
 def outcomes(streams: list[StreamRecord]) -> dict[str, int]:
     counts: dict[str, int] = {}
     for s in streams:
@@ -84,6 +109,9 @@ def group_table(trace: Trace) -> Table:
                         f"harness clock, {trace.wall_s:.1f}s wall")
     for col in ("group", "n", "outcomes", "TTFT p50/p99 ms", "gap p50/p99 ms", "done p50/p99 ms", "tokens read"):
         table.add_column(col, justify="left" if col in ("group", "outcomes") else "right")
+    slos = group_slos(trace)
+    if slos:
+        table.add_column("goodput", justify="right")
     names = list(dict.fromkeys(s.group for s in trace.streams))
     for name in names:
         streams = trace.group(name)
@@ -91,9 +119,19 @@ def group_table(trace: Trace) -> Table:
         for metric in ("ttft_s", "gap_s", "completion_s"):
             values = metric_values(streams, metric)
             cells.append(f"{_ms(percentile(values, 50))}/{_ms(percentile(values, 99))}")
-        table.add_row(name, str(len(streams)), ", ".join(f"{k} {v}" for k, v in outcomes(streams).items()), *cells,
-                      str(sum(len(s.token_times) for s in streams)))
+        if slos:
+            g = goodput(streams, slos[name]) if name in slos else None
+            cells.append(f"{g['good']}/{g['requests']}, {g['per_s']:.2f}/s" if g else "-")
+        table.add_row(name, str(len(streams)), ", ".join(f"{k} {v}" for k, v in outcomes(streams).items()),
+                      *cells[:3], str(sum(len(s.token_times) for s in streams)), *cells[3:])
     return table
+
+
+def group_slos(trace: Trace) -> dict:
+    """The SLO of each group that declares one, from the scenario recorded on the trace."""
+    from harness.scenario import Slo
+
+    return {g["name"]: Slo.model_validate(g["slo"]) for g in trace.config.get("groups", []) if g.get("slo")}
 
 
 def write_result(trace: Trace, checks: list, out_dir: Path) -> Path:

@@ -107,8 +107,10 @@ def solo_runs(scenario: Scenario, loaded: LoadedModel, planned: list[PlannedClie
             engine = BatchEngine(loaded.model, EngineConfig(max_batch=1, cache=CacheConfig(num_blocks=blocks)))
             engine.submit("solo", ids, params, stop_check=TextStream(table, pc.request["stop"]))
             tokens: list[int] = []
-            for _ in range(min(needed[key], params.max_new_tokens)):
-                if not engine.has_work():
+            want = min(needed[key], params.max_new_tokens)
+            # A long prompt may take several steps before its first token (chunked prefill).
+            for _ in range(want + len(ids) + 1):
+                if len(tokens) >= want or not engine.has_work():
                     break
                 tokens += [t.token_id for t in engine.step().tokens]
             cache[key] = cached = tokens

@@ -109,6 +109,8 @@ class RequestSpec(Strict):
     ignore_eos: bool = True
     pad_bytes: int = Field(0, ge=0, description="lab: a comment of this many bytes before each token event")
     response_class: Literal["starlette", "write_only"] = "starlette"
+    ttft_deadline_ms: float | None = Field(None, gt=0, description="the first-token deadline sent with each request "
+                                                                    "(the server's deadline gate, --admission deadline)")
 
 
 # ---- behaviours ----
@@ -278,6 +280,19 @@ class NetworkSpec(Strict):
     direct: bool = Field(False, description="bypass the proxy (RST droppers the server must see as RST)")
 
 
+class Slo(Strict):
+    """A request meets its group's SLO when both hold (as in vLLM's benchmark and DistServe)."""
+    ttft_ms: float | None = Field(None, gt=0, description="time to first token, from the request being sent")
+    tpot_ms: float | None = Field(None, gt=0, description="time per output token after the first: "
+                                                          "(completion - TTFT) / (tokens - 1)")
+
+    @model_validator(mode="after")
+    def _some(self) -> "Slo":
+        if self.ttft_ms is None and self.tpot_ms is None:
+            raise ValueError("give ttft_ms, tpot_ms or both")
+        return self
+
+
 class GroupSpec(Strict):
     name: str = Field(pattern=r"^[a-z][a-z0-9_]*$")
     count: int = Field(1, ge=1, le=2000)
@@ -286,6 +301,7 @@ class GroupSpec(Strict):
     behaviour: Behaviour
     arrival: Arrival = Field(default_factory=lambda: AtOnce(kind="at_once"))
     network: NetworkSpec | None = None
+    slo: Slo | None = Field(None, description="goodput counts the requests that meet it (refused or unfinished: not)")
 
 
 # ---- expectations ----
@@ -318,7 +334,7 @@ class ReleaseWithin(Strict):
 
 
 CheckName = Literal["leak_free", "exactly_once", "identity", "finish_reasons", "latency", "release_within", "waste",
-                    "capacity_restored", "healthy", "resumption"]
+                    "capacity_restored", "healthy", "resumption", "goodput"]
 
 
 Ratio = tuple[Annotated[float, Field(gt=0)], Annotated[float, Field(gt=0)]]
@@ -334,6 +350,14 @@ class ParityTolerance(Strict):
     ttft: Ratio = PARITY_TTFT
 
 
+class OutcomesVary(Strict):
+    """Groups whose outcome each request gets is decided by timing (admission under overload):
+    each outcome must be one of `allowed`, and live and simulation need not agree on the counts."""
+    reason: str = Field(min_length=10)
+    groups: list[str] = Field(min_length=1)
+    allowed: list[str] = Field(min_length=1, description="outcomes: length, eos, stop, refused, or an error type")
+
+
 class Expectations(Strict):
     leak_free: bool = True
     exactly_once: bool = True
@@ -346,6 +370,9 @@ class Expectations(Strict):
     waste: float | None = Field(None, gt=0, description="max tokens generated per token read, abandoned streams")
     expect_failure: list[CheckName] = Field(default_factory=list, description="negative controls: these must fail")
     parity: ParityTolerance | None = Field(None, description="live mode: a wider live/sim timing tolerance")
+    outcomes_vary: OutcomesVary | None = None
+    goodput: dict[str, Annotated[float, Field(ge=0, le=1)]] = Field(
+        default_factory=dict, description="group -> the least fraction of its requests that must meet its slo")
 
 
 class Scenario(Strict):
@@ -398,6 +425,15 @@ class Scenario(Strict):
                     raise FieldProblem(("groups", i, "network", "windows"),
                                        "windows can only run live; set modes: [live] "
                                        "(simulation models latency and bandwidth)")
+        for i, ref in enumerate(self.expect.outcomes_vary.groups if self.expect.outcomes_vary else []):
+            if ref not in known:
+                raise FieldProblem(("expect", "outcomes_vary", "groups", i),
+                                   f"names unknown group {ref!r}; expected one of {names}")
+        for ref in self.expect.goodput:
+            group = next((g for g in self.groups if g.name == ref), None)
+            if group is None or group.slo is None:
+                raise FieldProblem(("expect", "goodput", ref), f"names {'unknown group' if group is None else 'a group without an slo'} "
+                                   f"{ref!r}; expected one of {[g.name for g in self.groups if g.slo]}")
         for ref in self.expect.finish_reasons:
             if ref not in known:
                 raise FieldProblem(("expect", "finish_reasons", ref),

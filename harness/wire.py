@@ -132,6 +132,8 @@ class OpenAIWire:
             out["seed"] = request["seed"]
         if request.get("stop"):
             out["stop"] = request["stop"]
+        if request.get("ttft_deadline_ms") is not None:
+            out["ttft_deadline_ms"] = request["ttft_deadline_ms"]
         if request.get("ignore_eos") and self.ignore_eos == "field":
             out["ignore_eos"] = True
         return {**out, **self.extra}

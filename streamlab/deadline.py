@@ -8,14 +8,15 @@ The predictor, in short:
 - Prompt tokens ahead: those of running sequences not yet prefilled, of every waiting request,
   and the request's own. With chunked prefill a step carries the running decodes and fills the
   rest of its budget with them; without it they run as one long prefill before the next decode.
-- If no batch slot is free for it, the request first waits for enough running sequences to
-  end: the k-th shortest remaining output, in decode steps.
-- Predicted TTFT = slot wait + the steps that clear the tokens ahead, plus half a step for the
-  one running now.
+- If no batch slot is free for it, it first waits for one: each slot frees when its sequence's
+  output is done, and every waiting request ahead takes the first slot to free for its whole
+  output; the wait is then that many full-batch steps, and its own prompt follows.
+- Otherwise: the steps that clear the tokens ahead, plus half a step for the one running now.
 """
 
 from __future__ import annotations
 
+import heapq
 import math
 import statistics
 import threading
@@ -32,6 +33,7 @@ class QueueSnapshot:
     running_unprefilled: list[int]  # prompt tokens still to prefill, per running sequence
     running_remaining: list[int]  # output tokens still to make, per running sequence
     waiting_prompts: list[int]  # prompt tokens of each waiting request, in order
+    waiting_outputs: list[int]  # max_new_tokens of each waiting request, in order
 
 
 class StepCostModel:
@@ -77,18 +79,32 @@ class StepCostModel:
 def predict_ttft_s(q: QueueSnapshot, prompt_tokens: int, costs: StepCostModel) -> float:
     """Seconds from now to a new request's first token, if it were admitted now."""
     decoding = len(q.running_remaining) - sum(1 for u in q.running_unprefilled if u)
+    slot_steps = _steps_until_a_slot(q)
+    if slot_steps:
+        # It waits behind a full batch; once in, only its own prompt is left ahead of it.
+        own = math.ceil(prompt_tokens / _room(q, q.max_batch)) if q.step_token_budget else 1
+        busy = q.max_batch + (_room(q, q.max_batch) if q.step_token_budget else 0)
+        return slot_steps * costs.step_s(q.max_batch) + own * costs.step_s(busy)
     ahead = sum(q.running_unprefilled) + sum(q.waiting_prompts) + prompt_tokens
-    slot_wait = 0.0
-    over = len(q.running_remaining) + len(q.waiting_prompts) + 1 - q.max_batch
-    if over > 0:  # wait for `over` running sequences to end, shortest first
-        ends = sorted(q.running_remaining)
-        k = min(over, len(ends))
-        steps = ends[k - 1] if k else 0
-        slot_wait = steps * costs.step_s(decoding)
     in_progress = 0.5 * costs.step_s(decoding + min(ahead, q.step_token_budget or ahead))
     if q.step_token_budget:
-        room = max(q.step_token_budget - decoding, q.chunk_tokens)
-        steps = math.ceil(ahead / room)
-        return slot_wait + in_progress + steps * costs.step_s(decoding + room)
+        room = _room(q, decoding)
+        return in_progress + math.ceil(ahead / room) * costs.step_s(decoding + room)
     # Whole prompts: their prefill runs before the step's decode, and the first token comes with it.
-    return slot_wait + in_progress + costs.step_s(ahead) + costs.step_s(decoding)
+    return in_progress + costs.step_s(ahead) + costs.step_s(decoding)
+
+
+def _room(q: QueueSnapshot, decoding: int) -> int:
+    """Prompt tokens a chunked step carries beside `decoding` decodes."""
+    return max(q.step_token_budget - decoding, q.chunk_tokens)
+
+
+def _steps_until_a_slot(q: QueueSnapshot) -> int:
+    """Decode steps until a batch slot is free for a request queued behind the waiting ones: each
+    slot frees when its sequence's output is done, and each waiting request, in order, takes
+    the first slot to free for its whole output."""
+    free_at = sorted(q.running_remaining) + [0] * (q.max_batch - len(q.running_remaining))
+    heapq.heapify(free_at)
+    for out in q.waiting_outputs:
+        heapq.heappush(free_at, heapq.heappop(free_at) + out)
+    return free_at[0]

@@ -23,7 +23,7 @@ def costs(fixed: float, per_row: float) -> StepCostModel:
 
 def snapshot(**kw) -> QueueSnapshot:
     base = dict(max_batch=8, step_token_budget=64, chunk_tokens=16, running_unprefilled=[], running_remaining=[],
-                waiting_prompts=[])
+                waiting_prompts=[], waiting_outputs=[])
     return QueueSnapshot(**{**base, **kw})
 
 
@@ -53,18 +53,21 @@ def test_tokens_ahead_and_running_decodes_lengthen_the_prediction():
     assert predict_ttft_s(q, 20, c) > predict_ttft_s(snapshot(), 20, c)
 
 
-def test_a_full_batch_waits_for_the_shortest_running_streams_first():
+def test_a_full_batch_waits_for_slots_in_queue_order():
     c = costs(0.010, 0.001)
-    full = snapshot(max_batch=2, running_unprefilled=[0, 0], running_remaining=[100, 7], waiting_prompts=[10])
-    # 2 running + 1 waiting + this one = 4 for 2 slots: 2 must end, the later at 100 steps of 2 rows.
-    slot_wait = 100 * (0.010 + 0.002)
-    assert predict_ttft_s(full, 10, c) == pytest.approx(
-        slot_wait + 0.5 * (0.010 + 0.001 * (2 + 20)) + 1 * (0.010 + 0.001 * 64))
+    full = snapshot(max_batch=2, running_unprefilled=[0, 0], running_remaining=[100, 7], waiting_prompts=[10],
+                    waiting_outputs=[30])
+    # Slots free at 7 and 100 steps; the waiter takes the one at 7 for 30 steps (free at 37): this
+    # request gets a slot after 37 full-batch steps, then its own 10 tokens in one step.
+    expected = 37 * (0.010 + 0.002) + (0.010 + 0.001 * (2 + 62))
+    assert predict_ttft_s(full, 10, c) == pytest.approx(expected)
+    longer = snapshot(**{**full.__dict__, "waiting_prompts": [10, 10], "waiting_outputs": [30, 30]})
+    assert predict_ttft_s(longer, 10, c) == pytest.approx(67 * 0.012 + (0.010 + 0.064))  # 37 + 30
 
 
 def test_without_chunking_the_prefill_runs_whole_before_the_decode():
     c = costs(0.010, 0.001)
-    q = snapshot(step_token_budget=0, running_remaining=[30, 30], waiting_prompts=[100])
+    q = snapshot(step_token_budget=0, running_remaining=[30, 30], waiting_prompts=[100], waiting_outputs=[5])
     expected = 0.5 * (0.010 + 0.001 * (2 + 150)) + (0.010 + 0.150) + (0.010 + 0.002)
     assert predict_ttft_s(q, 50, c) == pytest.approx(expected)
 

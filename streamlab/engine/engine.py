@@ -338,14 +338,15 @@ class BatchEngine:
         """The queue as the deadline gate sees it (streamlab.deadline)."""
         with self._state_lock:
             with self._inbox_lock:
-                pending = [len(w.seq.prompt_ids) for w in self._inbox if w.kind == "submit"]
+                pending = [w.seq for w in self._inbox if w.kind == "submit"]
             sched = self.scheduler
             chunked = self.config.step_token_budget > 0
             return QueueSnapshot(
                 self.config.max_batch, self.config.step_token_budget, self.config.prefill_chunk_tokens,
                 [len(s.prompt_ids) - s.prefilled if chunked else 0 for s in sched.running],
                 [s.params.max_new_tokens - len(s.output_ids) for s in sched.running],
-                [len(s.prompt_ids) for s in sched.waiting] + pending)
+                [len(s.prompt_ids) for s in [*sched.waiting, *pending]],
+                [s.params.max_new_tokens for s in [*sched.waiting, *pending]])
 
     def check_invariants(self) -> list[str]:
         """Broken invariants of the block pool and the scheduler; empty when healthy."""

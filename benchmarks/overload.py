@@ -1,0 +1,37 @@
+"""Overload under the two admission rules: scenarios/overload_waiting_limit.yaml and
+overload_deadline.yaml (the same Poisson load at about 1.5x what the server sustains), each
+run in simulation and live. Goodput: requests that met the group's SLO, per second of the run."""
+
+from __future__ import annotations
+
+from harness import runner
+from harness.report import goodput, metric_values, percentile
+from harness.scenario import load_by_name
+
+RULES = ("waiting_limit", "deadline")
+
+
+def figures(mode: str) -> dict[str, dict]:
+    """Per rule: goodput, outcomes and the TTFT of the admitted requests; every check must hold."""
+    out = {}
+    for rule in RULES:
+        scenario = load_by_name(f"overload_{rule}")
+        outcome = runner.run_scenario(scenario, mode, runner.RunContext(results_dir=None))
+        failed = [c.line() for c in outcome.checks if c.ok is False]
+        streams = outcome.trace.group("clients")
+        admitted = [s for s in streams if s.status == 200]
+        ttft = metric_values(admitted, "ttft_s")
+        counts: dict[str, int] = {}
+        for s in streams:
+            counts[s.outcome] = counts.get(s.outcome, 0) + 1
+        out[rule] = {**goodput(streams, scenario.groups[0].slo), "outcomes": counts, "failed_checks": failed,
+                     "ttft_p50_admitted_s": percentile(ttft, 50), "ttft_p99_admitted_s": percentile(ttft, 99)}
+    return out
+
+
+def run(say) -> dict:
+    out = {}
+    for mode in ("sim", "live"):
+        say(f"overload: both rules, {mode}")
+        out[mode] = figures(mode)
+    return out

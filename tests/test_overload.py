@@ -1,0 +1,31 @@
+"""Overload under the two admission rules (the chapter's exercise 5): the same Poisson load at
+about 1.5x what the server sustains, once with the waiting limit and once with the deadline
+gate. The deadline rule must give the better goodput (requests that met the SLO) and the lower
+p99 TTFT among the requests it admitted, in simulation and live."""
+
+from __future__ import annotations
+
+import pytest
+
+from benchmarks.overload import figures
+from harness.scenario import load_by_name
+
+
+def check(f: dict[str, dict]) -> None:
+    assert not f["deadline"]["failed_checks"] and not f["waiting_limit"]["failed_checks"], f
+    deadline, waiting = f["deadline"], f["waiting_limit"]
+    assert deadline["per_s"] > waiting["per_s"], f
+    assert deadline["ttft_p99_admitted_s"] < waiting["ttft_p99_admitted_s"], f
+
+
+def test_the_deadline_rule_beats_the_waiting_limit_in_simulation():
+    check(figures("sim"))
+
+
+def test_the_deadline_rule_beats_the_waiting_limit_live():
+    from harness.live_run import live_unavailable
+
+    reason = live_unavailable(load_by_name("overload_deadline"))
+    if reason:
+        pytest.skip(reason)
+    check(figures("live"))
