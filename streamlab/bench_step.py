@@ -41,7 +41,8 @@ def paged_step_ms(loaded: LoadedModel, prompts: list[list[int]], steps: int, war
     batch = len(prompts)
     new_tokens = steps + warmup + 1
     cache = CacheConfig(num_blocks=batch * CacheConfig().blocks_for(len(prompts[0]) + new_tokens))
-    engine = BatchEngine(loaded.model, EngineConfig(max_batch=batch, cache=cache))
+    # Whole-prompt prefill, so one step prefills them all and every later step is a pure decode.
+    engine = BatchEngine(loaded.model, EngineConfig(max_batch=batch, cache=cache, step_token_budget=0))
     for i, ids in enumerate(prompts):
         engine.submit(str(i), ids, SamplingParams(max_new_tokens=new_tokens, ignore_eos=True))
     engine.step()  # admission and every prefill
@@ -79,6 +80,34 @@ def contiguous_step_ms(hf: torch.nn.Module, prompts: list[list[int]], steps: int
     return times[warmup:]
 
 
+def matmul_gflops(size: int = 1024, seconds: float = 1.0, rounds: int = 5) -> dict:
+    """This CPU's sustained fp32 matrix-multiply rate with every thread torch uses: the median of
+    `rounds` rounds of back-to-back (size x size) @ (size x size) products, each about `seconds`."""
+    gen = torch.Generator().manual_seed(0)
+    a, b = torch.randn(size, size, generator=gen), torch.randn(size, size, generator=gen)
+    out = torch.empty(size, size)
+    for _ in range(3):
+        torch.mm(a, b, out=out)
+    rates = []
+    for _ in range(rounds):
+        n, t0 = 0, time.perf_counter()
+        while time.perf_counter() - t0 < seconds:
+            torch.mm(a, b, out=out)
+            n += 1
+        rates.append(2 * size ** 3 * n / (time.perf_counter() - t0) / 1e9)
+    return {"gflops": statistics.median(rates), "gflops_min": min(rates), "gflops_max": max(rates),
+            "size": size, "threads": torch.get_num_threads()}
+
+
+def decode_step_flops(loaded: LoadedModel, batch: int, context: int) -> float:
+    """Multiply-adds x 2 of one decode step: every layer's four matrix products (12 C^2 per row),
+    attention over `context` positions (scores and the weighted sum: 4 C x context per row), and
+    the LM head (2 C V per row). Layer norms, GELU and softmax are left out (a few percent)."""
+    s = loaded.model.shape
+    per_row = s.n_layer * (2 * 12 * s.n_embd ** 2 + 4 * s.n_embd * context) + 2 * s.n_embd * s.vocab_size
+    return float(batch * per_row)
+
+
 def machine() -> dict:
     return {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
             "cpus": os.cpu_count(), "torch": torch.__version__, "torch_threads": torch.get_num_threads()}
@@ -100,10 +129,15 @@ def run_step_bench(loaded: LoadedModel, batch_sizes: list[int], prompt_len: int,
                      "paged_over_contiguous": p / c, "paged_tokens_per_s": b / p * 1e3,
                      "contiguous_tokens_per_s": b / c * 1e3})
     base = rows[0]["paged_tokens_per_s"]
+    limit = matmul_gflops()  # in the same run, after the steps: the same machine state
+    context = prompt_len + warmup + steps // 2  # the middle of the measured steps
     for r in rows:
         r["paged_throughput_vs_first"] = r["paged_tokens_per_s"] / base
+        r["flops"] = decode_step_flops(loaded, r["batch"], context)
+        r["paged_gflops"] = r["flops"] / (r["paged_ms"] / 1e3) / 1e9
+        r["fraction_of_limit"] = r["paged_gflops"] / limit["gflops"]
     return {"model": loaded.name, "prompt_tokens": prompt_len, "steps": steps, "repeats": repeats,
-            "machine": machine(), "rows": rows}
+            "machine": machine(), "rows": rows, "limit": limit}
 
 
 def write_json(result: dict, path: Path) -> None:
