@@ -47,8 +47,14 @@ class EngineConfig:
     # A prompt is cut at fixed multiples of this many tokens, whatever else is in the step, so
     # its cache and first token do not depend on its neighbours.
     prefill_chunk_tokens: int = 32
+    # Decode attention: "gather" copies each sequence's blocks out of the pool and runs
+    # scaled_dot_product_attention; "kernel" reads them through the block table in place
+    # (streamlab/paged_kernel.py, built at set-up; "gather" where it cannot be built).
+    decode_attention: str = "kernel"
 
     def __post_init__(self) -> None:
+        _require(self.decode_attention in ("gather", "kernel"),
+                 f"decode_attention must be 'gather' or 'kernel', got {self.decode_attention!r}")
         _require(self.step_token_budget >= 0, f"step_token_budget must be >= 0, got {self.step_token_budget}")
         _require(self.prefill_chunk_tokens >= 1,
                  f"prefill_chunk_tokens must be >= 1, got {self.prefill_chunk_tokens}")

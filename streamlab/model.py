@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from streamlab import paged_kernel
 from streamlab.engine.cache import KVCache
 
 
@@ -64,11 +65,20 @@ class AttentionGroup:
 
 
 @dataclass(frozen=True)
+class TableAttention:
+    """Decode attention through the block tables by the paged kernel (streamlab.paged_kernel)."""
+    tables: torch.Tensor  # (B, nb) each sequence's blocks, padded with the pad block
+    context: torch.Tensor  # (B,) positions each attends over
+    block_size: int
+
+
+@dataclass(frozen=True)
 class DecodeBatch:
     token_ids: torch.Tensor  # (B,)
     positions: torch.Tensor  # (B,)
     write_slots: torch.Tensor  # (B,)
-    groups: list[AttentionGroup]
+    groups: list[AttentionGroup]  # the gather path: sequences grouped by block count
+    table: TableAttention | None = None  # the kernel path: every sequence in one call
 
 
 @dataclass(frozen=True)
@@ -236,6 +246,10 @@ class GPT2:
             q, k, v = (t[:N].reshape(N, s.n_head, s.head_dim) for t in qkv.split(s.n_embd, dim=1))
             cache.store(i, slots, k, v)  # every row's K/V first: a chunk attends to itself through the cache
             attn = torch.zeros(M, s.n_embd)
+            if B and batch.table is not None:
+                t = batch.table
+                attn[:B] = paged_kernel.paged_attention(q[:B], cache.k[i], cache.v[i], t.tables, t.context,
+                                                        t.block_size, self.scale).reshape(B, -1)
             for g in (batch.groups if B else []):
                 attn[g.rows] = self._paged_attention(q[g.rows], cache, i, g)
             for c, r in zip(chunks, starts):

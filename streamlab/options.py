@@ -52,6 +52,10 @@ SERVE_OPTIONS: tuple[ServeOption, ...] = (
                 "0 = off (whole prompts prefilled before the step's decode)", bounds={"ge": 0}),
     ServeOption("prefill_chunk_tokens", "--prefill-chunk", int, _ENGINE.prefill_chunk_tokens,
                 "chunked prefill: prompts are cut at multiples of this many tokens", bounds={"ge": 1}),
+    ServeOption("decode_attention", "--decode-attention", str, _ENGINE.decode_attention,
+                "decode attention: read K/V through the block table in place (kernel, built at set-up; gather "
+                "where it cannot be built) or copy each sequence's blocks out first (gather)",
+                choices=("kernel", "gather")),
     ServeOption("first_token", "--first-token", str, _SERVICE.first_token,
                 "send a stream's first token when its own prefill is done, or when the step ends (whole-prompt "
                 "prefill only: with a step token budget it comes with its step's one pass)",
@@ -101,7 +105,8 @@ def service_config(values: Mapping[str, object]) -> ServiceConfig:
         engine=EngineConfig(max_batch=v["max_batch"], cache=CacheConfig(v["cache_blocks"], v["block_size"]),
                             max_prefills_per_step=v["max_prefills_per_step"],
                             step_token_budget=v["step_token_budget"],
-                            prefill_chunk_tokens=v["prefill_chunk_tokens"]),
+                            prefill_chunk_tokens=v["prefill_chunk_tokens"],
+                            decode_attention=v["decode_attention"]),
         first_token=v["first_token"],
         backpressure=BackpressureConfig(Policy(policy), v["queue_limit"], v["stall_timeout_s"]),
         waiting_limit=v["waiting_limit"], admission=v["admission"], ttft_deadline_ms=v["ttft_deadline_ms"],

@@ -23,7 +23,8 @@ from streamlab.engine.blocks import BlockManager
 from streamlab.engine.scheduler import PromptChunk, ScheduledBatch, Scheduler
 from streamlab.engine.sequence import FinishReason, Sequence, SequenceStatus, StopCheck
 from streamlab.errors import DuplicateRequest, RequestError, RequestTooLarge
-from streamlab.model import GPT2, AttentionGroup, ChunkInput, DecodeBatch
+from streamlab import paged_kernel
+from streamlab.model import GPT2, AttentionGroup, ChunkInput, DecodeBatch, TableAttention
 from streamlab.sampling import SamplingParams, make_rng, sample
 
 
@@ -88,6 +89,7 @@ class BatchEngine:
         self._state_lock = threading.Lock()  # held for bookkeeping, never during a forward pass
         self._step_lock = threading.Lock()  # one step at a time
         self._seq_ids = itertools.count()
+        self.use_kernel = config.decode_attention == "kernel" and paged_kernel.unavailable() is None
         self._live: dict[str, Sequence] = {}  # submitted and not yet finished, inbox included
         self._steps = 0
         self._steps_started = 0
@@ -292,6 +294,12 @@ class BatchEngine:
         bs = self.config.cache.block_size
         positions = [s.num_tokens - 1 for s in seqs]  # the last token is fed now
         write_slots = [s.block_table[p // bs] * bs + p % bs for s, p in zip(seqs, positions)]
+        if self.use_kernel:  # one call for the whole batch, each sequence over its own context
+            nb = max(p // bs + 1 for p in positions)
+            return DecodeBatch(torch.tensor([s.last_token for s in seqs]), torch.tensor(positions),
+                               torch.tensor(write_slots), [],
+                               TableAttention(self.cache.padded_blocks([s.block_table for s in seqs], nb),
+                                              torch.tensor([p + 1 for p in positions]), bs))
         # Group by block count: a sequence's attention length is its own context rounded up
         # to whole blocks, which depends on nothing else in the batch (see model.py).
         by_blocks: dict[int, list[int]] = {}
