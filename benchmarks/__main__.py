@@ -18,7 +18,8 @@ from rich.console import Console
 
 from benchmarks.common import machine, read_json, write_json
 
-SECTIONS = ("step", "bound", "overlap", "peer", "joiners", "slow_readers", "disconnect", "proxy", "harness")
+SECTIONS = ("step", "bound", "overlap", "peer", "prefill", "joiners", "slow_readers", "disconnect", "proxy",
+            "overload", "precision", "harness")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -71,6 +72,18 @@ def run_section(section: str, reps: int, log_dir: Path, say) -> dict:
         ours = read_json("overlap")
         solo_text = {int(k): v for k, v in (ours or {}).get("solo_text", {}).items()}
         return asyncio.run(run_peer(workload(), reps, log_dir, solo_text, say))
+    if section == "prefill":
+        from benchmarks import prefill
+
+        return prefill.run(reps, log_dir, say)
+    if section == "overload":
+        from benchmarks import overload
+
+        return overload.run(say)
+    if section == "precision":
+        from benchmarks import precision
+
+        return precision.run(say)
     if section == "joiners":
         from benchmarks import joiners
 

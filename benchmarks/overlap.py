@@ -102,7 +102,7 @@ def steps_in(steps: list[dict], began: float, ended: float) -> dict:
 
 
 async def run_ours(prompts: list[str], reps: int, log_dir: Path, say) -> dict:
-    out: dict = {"variants": {}}
+    out: dict = {}
     windows: list[tuple[int, float, float]] = []
     async with ours(MODEL, log_dir=log_dir) as server:
         await burst(STREAMLAB, server.port, prompts[:4], 4)  # warm-up
@@ -117,15 +117,7 @@ async def run_ours(prompts: list[str], reps: int, log_dir: Path, say) -> dict:
     out["server_clean"] = settled["blocks_free"] == settled["blocks_total"]
     out["steps_at_32"] = [steps_in(steps, a, b) for n, a, b in windows if n == 32]
     out["solo_text"] = {i: s.text for i, s in solo.items()}
-    # The two other ways to deliver first tokens when 32 arrive together, at 32 only.
-    for name, extra in (("first_token_per_step", ["--first-token", "step"]),
-                        ("prefill_groups_of_8", ["--first-token", "step", "--max-prefills-per-step", "8"])):
-        say(f"ours: 32 streams, {name}")
-        async with ours(MODEL, *extra, log_dir=log_dir) as server:
-            await burst(STREAMLAB, server.port, prompts[:4], 4)
-            vrows = await levels(STREAMLAB, server.port, prompts, (32,), reps, solo)
-        out["variants"][name] = by_level(vrows)[0]
-    out["variants"]["first_token_per_prefill"] = out["levels"][-1]
+    out["solo_token_ids"] = {i: s.token_ids for i, s in solo.items()}  # the prefill section's reference too
     return out
 
 

@@ -99,3 +99,34 @@ def harness_lag(result: dict) -> Path:
            title="Harness event-loop lag")
     ax.legend(fontsize=8)
     return _save(fig, "harness_lag.png")
+
+
+def prefill(result: dict) -> Path:
+    """Gap p99 and TTFT p99 at 32 for each prefill configuration."""
+    names = list(result["configs"])
+    labels = [n.replace("chunked_", "chunked ").replace("whole_", "whole: ").replace("_", " ") for n in names]
+    fig, ax = plt.subplots(figsize=(9, 4))
+    x = list(range(len(names)))
+    for offset, key, label, color in ((-0.2, "gap_p99_s", "gap p99", "tab:green"),
+                                      (0.2, "ttft_p99_s", "TTFT p99", "tab:blue")):
+        ax.bar([i + offset for i in x], [result["configs"][n][key]["median"] * 1e3 for n in names], 0.4,
+               label=label, color=color)
+    ax.plot(x, [2 * result["configs"][n]["gap_p50_s"]["median"] * 1e3 for n in names], "k_", ms=20,
+            label="2 x gap p50")
+    ax.set_xticks(x, labels=labels, rotation=20, ha="right", fontsize=8)
+    ax.set(ylabel="ms (median of bursts)", yscale="log", title="32 streams arriving together: prefill scheduling")
+    ax.legend(fontsize=8)
+    return _save(fig, "prefill.png")
+
+
+def overload(result: dict) -> Path:
+    """Goodput and the admitted requests' TTFT p99 under the two admission rules, simulated and live."""
+    fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3.5))
+    runs = [(m, r) for m in ("sim", "live") for r in ("waiting_limit", "deadline")]
+    labels = [f"{m}\n{r.replace('_', ' ')}" for m, r in runs]
+    colors = ["tab:gray" if r == "waiting_limit" else "tab:blue" for _, r in runs]
+    left.bar(labels, [result[m][r]["per_s"] for m, r in runs], color=colors)
+    left.set(ylabel="requests/s that met the SLO", title="Goodput")
+    right.bar(labels, [result[m][r]["ttft_p99_admitted_s"] * 1e3 for m, r in runs], color=colors)
+    right.set(ylabel="ms", title="TTFT p99 of admitted requests")
+    return _save(fig, "overload.png")

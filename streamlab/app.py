@@ -165,7 +165,7 @@ def create_app(config: ServiceConfig = ServiceConfig(), loaded: LoadedModel | No
     @asynccontextmanager
     async def lifespan(app: Starlette):
         model = loaded or load_model(config.model)
-        warm_up(model)
+        warm_up(model, config.engine)
         hub = Hub(BatchEngine(model.model, config.engine), model.tokenizer, config.backpressure,
                   config.waiting_limit, **({"clock": clock} if clock else {}), first_token=config.first_token,
                   resume=config.resume, admission=config.admission)
@@ -378,9 +378,10 @@ def create_app(config: ServiceConfig = ServiceConfig(), loaded: LoadedModel | No
         RequestError: on_request_error, HTTPException: on_http_error, Exception: on_unexpected})
 
 
-def warm_up(loaded: LoadedModel) -> None:
-    """One short generation before serving, so the first client does not pay for lazy kernel set-up."""
-    engine = BatchEngine(loaded.model, EngineConfig(max_batch=1, cache=CacheConfig(num_blocks=4)))
+def warm_up(loaded: LoadedModel, like: EngineConfig = EngineConfig()) -> None:
+    """One short generation before serving, so the first client does not pay for lazy kernel set-up
+    (nor for the cast, under another dtype)."""
+    engine = BatchEngine(loaded.model, dataclasses.replace(like, max_batch=1, cache=CacheConfig(num_blocks=4)))
     engine.submit("warm-up", [loaded.model.eos_token_id or 0] * 8, SamplingParams(max_new_tokens=4, ignore_eos=True))
     for _ in range(8):
         if not engine.has_work():

@@ -37,12 +37,14 @@ def fixed_length_prompts(loaded: LoadedModel, count: int, length: int) -> list[l
     raise ValueError(f"fewer than {count} shipped prompts have {length} tokens")
 
 
-def paged_step_ms(loaded: LoadedModel, prompts: list[list[int]], steps: int, warmup: int) -> list[float]:
+def paged_step_ms(loaded: LoadedModel, prompts: list[list[int]], steps: int, warmup: int,
+                  decode_attention: str = EngineConfig().decode_attention) -> list[float]:
     batch = len(prompts)
     new_tokens = steps + warmup + 1
     cache = CacheConfig(num_blocks=batch * CacheConfig().blocks_for(len(prompts[0]) + new_tokens))
     # Whole-prompt prefill, so one step prefills them all and every later step is a pure decode.
-    engine = BatchEngine(loaded.model, EngineConfig(max_batch=batch, cache=cache, step_token_budget=0))
+    engine = BatchEngine(loaded.model, EngineConfig(max_batch=batch, cache=cache, step_token_budget=0,
+                                                    decode_attention=decode_attention))
     for i, ids in enumerate(prompts):
         engine.submit(str(i), ids, SamplingParams(max_new_tokens=new_tokens, ignore_eos=True))
     engine.step()  # admission and every prefill
@@ -119,14 +121,16 @@ def run_step_bench(loaded: LoadedModel, batch_sizes: list[int], prompt_len: int,
     prompts = fixed_length_prompts(loaded, max(batch_sizes), prompt_len)
     rows = []
     for b in batch_sizes:
-        paged, contiguous = [], []
-        for _ in range(repeats):  # interleaved, so drift on a shared machine hits both
+        paged, gather, contiguous = [], [], []
+        for _ in range(repeats):  # interleaved, so drift on a shared machine hits all three
             paged.append(statistics.median(paged_step_ms(loaded, prompts[:b], steps, warmup)))
+            gather.append(statistics.median(paged_step_ms(loaded, prompts[:b], steps, warmup, "gather")))
             contiguous.append(statistics.median(contiguous_step_ms(hf, prompts[:b], steps, warmup)))
-        p, c = statistics.median(paged), statistics.median(contiguous)
+        p, c, g = statistics.median(paged), statistics.median(contiguous), statistics.median(gather)
         rows.append({"batch": b, "paged_ms": p, "paged_ms_min": min(paged), "paged_ms_max": max(paged),
                      "contiguous_ms": c, "contiguous_ms_min": min(contiguous), "contiguous_ms_max": max(contiguous),
-                     "paged_over_contiguous": p / c, "paged_tokens_per_s": b / p * 1e3,
+                     "paged_over_contiguous": p / c, "gather_ms": g, "gather_ms_min": min(gather),
+                     "gather_ms_max": max(gather), "paged_over_gather": p / g, "paged_tokens_per_s": b / p * 1e3,
                      "contiguous_tokens_per_s": b / c * 1e3})
     base = rows[0]["paged_tokens_per_s"]
     limit = matmul_gflops()  # in the same run, after the steps: the same machine state
@@ -136,8 +140,11 @@ def run_step_bench(loaded: LoadedModel, batch_sizes: list[int], prompt_len: int,
         r["flops"] = decode_step_flops(loaded, r["batch"], context)
         r["paged_gflops"] = r["flops"] / (r["paged_ms"] / 1e3) / 1e9
         r["fraction_of_limit"] = r["paged_gflops"] / limit["gflops"]
+    from streamlab import paged_kernel
+
     return {"model": loaded.name, "prompt_tokens": prompt_len, "steps": steps, "repeats": repeats,
-            "machine": machine(), "rows": rows, "limit": limit}
+            "machine": machine(), "rows": rows, "limit": limit, "decode_attention": EngineConfig().decode_attention,
+            "kernel_unavailable": paged_kernel.unavailable()}
 
 
 def write_json(result: dict, path: Path) -> None:

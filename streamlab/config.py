@@ -51,8 +51,12 @@ class EngineConfig:
     # scaled_dot_product_attention; "kernel" reads them through the block table in place
     # (streamlab/paged_kernel.py, built at set-up; "gather" where it cannot be built).
     decode_attention: str = "kernel"
+    # The weights' and the cache's dtype: float32 (exact, the default) or bfloat16 (identity
+    # with solo runs is then measured, not promised: see the results page).
+    dtype: str = "float32"
 
     def __post_init__(self) -> None:
+        _require(self.dtype in ("float32", "bfloat16"), f"dtype must be 'float32' or 'bfloat16', got {self.dtype!r}")
         _require(self.decode_attention in ("gather", "kernel"),
                  f"decode_attention must be 'gather' or 'kernel', got {self.decode_attention!r}")
         _require(self.step_token_budget >= 0, f"step_token_budget must be >= 0, got {self.step_token_budget}")

@@ -17,6 +17,7 @@ Batch invariance is built in, so a sequence's logits are bit-identical alone or 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -102,7 +103,7 @@ class Linear:
 
     def __init__(self, w: torch.Tensor, b: torch.Tensor | None, packed: bool) -> None:
         self.in_features, self.out_features = w.shape
-        self.b = b if b is not None else torch.zeros(self.out_features)
+        self.b = b if b is not None else torch.zeros(self.out_features, dtype=w.dtype)
         self.w = w
         self.packed = None
         if packed:
@@ -123,12 +124,12 @@ def prepacked_linear_available() -> bool:
 
 
 def probe_row_quantum(in_features: int, out_features: int, candidates: tuple[int, ...] = (1, 2, 4, 8, 16),
-                      max_rows: int = 64, packed: bool = False) -> int:
+                      max_rows: int = 64, packed: bool = False, dtype: torch.dtype = torch.float32) -> int:
     """Smallest row count whose every multiple up to max_rows gives rows bit-equal to max_rows rows."""
     gen = torch.Generator().manual_seed(0)
-    linear = Linear(torch.randn(in_features, out_features, generator=gen) * 0.02,
-                    torch.randn(out_features, generator=gen) * 0.02, packed)
-    x = torch.randn(max_rows, in_features, generator=gen)
+    linear = Linear((torch.randn(in_features, out_features, generator=gen) * 0.02).to(dtype),
+                    (torch.randn(out_features, generator=gen) * 0.02).to(dtype), packed)
+    x = torch.randn(max_rows, in_features, generator=gen).to(dtype)
     ref = linear(x)
     for q in candidates:
         if all(torch.equal(linear(x[:m]), ref[:m]) for m in range(q, max_rows + 1, q)):
@@ -152,7 +153,10 @@ class GPT2:
         self.lnf_w, self.lnf_b = lnf_w, lnf_b
         self.eos_token_id = eos_token_id
         self.scale = 1.0 / math.sqrt(shape.head_dim)
-        self.prepacked = prepacked_linear_available()
+        self.dtype = wte.dtype  # float32, or bfloat16 for a cast() copy
+        self._casts: dict[torch.dtype, GPT2] = {}
+        # oneDNN's prepacked path is used for float32; other dtypes take addmm (probed the same way).
+        self.prepacked = self.dtype == torch.float32 and prepacked_linear_available()
         self.linears = [LayerLinears(Linear(lw.attn_w, lw.attn_b, self.prepacked),
                                      Linear(lw.proj_w, lw.proj_b, self.prepacked),
                                      Linear(lw.fc_w, lw.fc_b, self.prepacked),
@@ -161,7 +165,7 @@ class GPT2:
         # Every shape a row goes through: one that differs alone (4C -> C gives other bits at 1 row
         # than at 2+ on this CPU, while C -> 4C does not) sets the quantum for all.
         C = shape.n_embd
-        self.row_quantum = max(probe_row_quantum(i, o, packed=self.prepacked)
+        self.row_quantum = max(probe_row_quantum(i, o, packed=self.prepacked, dtype=self.dtype)
                                for i, o in {(C, 3 * C), (C, C), (C, 4 * C), (4 * C, C), (C, shape.vocab_size)})
 
     @classmethod
@@ -175,9 +179,22 @@ class GPT2:
         return cls(shape, get("transformer.wte.weight"), get("transformer.wpe.weight"), layers,
                    get("transformer.ln_f.weight"), get("transformer.ln_f.bias"), eos_token_id)
 
+    def cast(self, dtype: torch.dtype) -> "GPT2":
+        """This model with every weight in `dtype` (made once, then kept)."""
+        if dtype == self.dtype:
+            return self
+        if dtype not in self._casts:
+            def to(t: torch.Tensor) -> torch.Tensor:
+                return t.to(dtype).contiguous()
+            layers = [LayerWeights(*(to(getattr(lw, f.name)) for f in dataclasses.fields(LayerWeights)))
+                      for lw in self.layers]
+            self._casts[dtype] = GPT2(self.shape, to(self.wte), to(self.wpe), layers, to(self.lnf_w),
+                                      to(self.lnf_b), self.eos_token_id)
+        return self._casts[dtype]
+
     def new_cache(self, config) -> KVCache:
         s = self.shape
-        return KVCache(s.n_layer, s.n_head, s.head_dim, config)
+        return KVCache(s.n_layer, s.n_head, s.head_dim, config, dtype=self.dtype)
 
     def _ln(self, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         return F.layer_norm(x, (self.shape.n_embd,), w, b, self.shape.layer_norm_epsilon)
@@ -208,7 +225,7 @@ class GPT2:
             qkv = lin.attn(self._ln(x, lw.ln1_w, lw.ln1_b))  # (N, 3C)
             q, k, v = (t.view(N, s.n_head, s.head_dim) for t in qkv.split(s.n_embd, dim=1))
             cache.store(i, all_slots, k, v)
-            attn = torch.empty(N, s.n_embd)
+            attn = torch.empty(N, s.n_embd, dtype=self.dtype)
             start = 0
             for end in ends.tolist():
                 a = F.scaled_dot_product_attention(q[start:end].transpose(0, 1), k[start:end].transpose(0, 1),
@@ -217,7 +234,7 @@ class GPT2:
                 start = end
             x = x + lin.proj(attn)
             x = self._mlp(x, lw, lin)
-        return self.lm_head(self._ln(x[ends - 1], self.lnf_w, self.lnf_b))
+        return self.lm_head(self._ln(x[ends - 1], self.lnf_w, self.lnf_b)).float()
 
     def decode(self, batch: DecodeBatch, cache: KVCache) -> torch.Tensor:
         """One token for each of B sequences, K/V stored at write_slots: logits (B, V)."""
@@ -233,7 +250,7 @@ class GPT2:
         sizes = [c.token_ids.shape[0] for c in chunks]
         N = B + sum(sizes)
         M = -(-N // self.row_quantum) * self.row_quantum
-        x = torch.zeros(M, s.n_embd)  # rows past N are padding
+        x = torch.zeros(M, s.n_embd, dtype=self.dtype)  # rows past N are padding
         if B:
             x[:B] = self.wte[batch.token_ids] + self.wpe[batch.positions]
         starts = [B + sum(sizes[:j]) for j in range(len(chunks))]
@@ -245,7 +262,7 @@ class GPT2:
             qkv = lin.attn(self._ln(x, lw.ln1_w, lw.ln1_b))  # (M, 3C)
             q, k, v = (t[:N].reshape(N, s.n_head, s.head_dim) for t in qkv.split(s.n_embd, dim=1))
             cache.store(i, slots, k, v)  # every row's K/V first: a chunk attends to itself through the cache
-            attn = torch.zeros(M, s.n_embd)
+            attn = torch.zeros(M, s.n_embd, dtype=self.dtype)
             if B and batch.table is not None:
                 t = batch.table
                 attn[:B] = paged_kernel.paged_attention(q[:B], cache.k[i], cache.v[i], t.tables, t.context,
@@ -259,9 +276,9 @@ class GPT2:
             x = self._mlp(x, lw, lin)
         last = [r + c.token_ids.shape[0] - 1 for c, r in zip(chunks, starts) if c.wants_logits]
         rows = torch.cat((torch.arange(B), torch.tensor(last, dtype=torch.long)))
-        out = torch.zeros(-(-len(rows) // self.row_quantum) * self.row_quantum, s.n_embd)
+        out = torch.zeros(-(-len(rows) // self.row_quantum) * self.row_quantum, s.n_embd, dtype=self.dtype)
         out[:len(rows)] = x[rows]  # padded to the row quantum again, so each row keeps its bits
-        return self.lm_head(self._ln(out, self.lnf_w, self.lnf_b))[:len(rows)]
+        return self.lm_head(self._ln(out, self.lnf_w, self.lnf_b))[:len(rows)].float()
 
     def _chunk_attention(self, q: torch.Tensor, cache: KVCache, layer: int, c: ChunkInput) -> torch.Tensor:
         # q: (n, nh, hs) for positions start..end-1, attending over the sequence's blocks up to

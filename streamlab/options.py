@@ -56,6 +56,9 @@ SERVE_OPTIONS: tuple[ServeOption, ...] = (
                 "decode attention: read K/V through the block table in place (kernel, built at set-up; gather "
                 "where it cannot be built) or copy each sequence's blocks out first (gather)",
                 choices=("kernel", "gather")),
+    ServeOption("dtype", "--dtype", str, _ENGINE.dtype,
+                "weights and KV cache: float32 (exact identity with solo runs) or bfloat16",
+                choices=("float32", "bfloat16")),
     ServeOption("first_token", "--first-token", str, _SERVICE.first_token,
                 "send a stream's first token when its own prefill is done, or when the step ends (whole-prompt "
                 "prefill only: with a step token budget it comes with its step's one pass)",
@@ -106,7 +109,7 @@ def service_config(values: Mapping[str, object]) -> ServiceConfig:
                             max_prefills_per_step=v["max_prefills_per_step"],
                             step_token_budget=v["step_token_budget"],
                             prefill_chunk_tokens=v["prefill_chunk_tokens"],
-                            decode_attention=v["decode_attention"]),
+                            decode_attention=v["decode_attention"], dtype=v["dtype"]),
         first_token=v["first_token"],
         backpressure=BackpressureConfig(Policy(policy), v["queue_limit"], v["stall_timeout_s"]),
         waiting_limit=v["waiting_limit"], admission=v["admission"], ttft_deadline_ms=v["ttft_deadline_ms"],

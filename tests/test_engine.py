@@ -44,7 +44,9 @@ def test_on_prefill_hands_over_each_first_token_before_the_step_ends(tiny, make_
     from streamlab.engine.engine import BatchEngine
 
     plain = make_engine()
-    early = BatchEngine(tiny.model, EngineConfig(max_batch=8, cache=CacheConfig(256, 16), prefill_pass_tokens=1))
+    # Whole-prompt prefill (step_token_budget 0): the mode whose passes hand over early.
+    early = BatchEngine(tiny.model, EngineConfig(max_batch=8, cache=CacheConfig(256, 16), prefill_pass_tokens=1,
+                                                 step_token_budget=0))
     for engine in (plain, early):
         engine.submit("a", ids(10, 1), greedy(4))
         engine.submit("b", ids(12, 2), greedy(1))  # its first token is its last
@@ -72,7 +74,8 @@ def test_prefill_passes_pack_prompts_up_to_the_token_limit_with_the_same_tokens(
     from streamlab.engine.engine import BatchEngine
 
     lengths = [10, 12, 9, 30, 5]
-    packed = BatchEngine(tiny.model, EngineConfig(max_batch=8, cache=CacheConfig(256, 16), prefill_pass_tokens=25))
+    packed = BatchEngine(tiny.model, EngineConfig(max_batch=8, cache=CacheConfig(256, 16), prefill_pass_tokens=25,
+                                                  step_token_budget=0))
     solo = make_engine()
     parts = []
     for i, n in enumerate(lengths):
@@ -286,7 +289,7 @@ def test_stats_count_steps_tokens_and_releases(make_engine):
 
 
 class GatedDecode:
-    """The model, with its n-th decode call held at a barrier until the test lets it go."""
+    """The model, with its n-th pass that decodes held at a barrier until the test lets it go."""
 
     def __init__(self, model, gate_call: int) -> None:
         self._model = model
@@ -298,12 +301,13 @@ class GatedDecode:
     def __getattr__(self, name):
         return getattr(self._model, name)
 
-    def decode(self, batch, cache):
-        self.calls += 1
-        if self.calls == self.gate_call:
-            self.arrived.wait()
-            self.go.wait()
-        return self._model.decode(batch, cache)
+    def step_forward(self, batch, chunks, cache):
+        if batch is not None:  # a decode (chunked prefill runs prompts through here too)
+            self.calls += 1
+            if self.calls == self.gate_call:
+                self.arrived.wait()
+                self.go.wait()
+        return self._model.step_forward(batch, chunks, cache)
 
 
 @pytest.mark.parametrize("cancel_during_final_step", [True, False])

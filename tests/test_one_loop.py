@@ -21,7 +21,7 @@ from streamlab.config import ServiceConfig
 from tests.asgi import running_service
 
 NON_DEFAULT = {"model": "tiny", "policy": Policy.DROP, "queue_limit": 5, "stall_timeout_s": 0.4, "max_batch": 7,
-               "max_prefills_per_step": 3, "step_token_budget": 48, "prefill_chunk_tokens": 16, "decode_attention": "gather", "first_token": "step", "cache_blocks": 333, "block_size": 8,
+               "max_prefills_per_step": 3, "step_token_budget": 48, "prefill_chunk_tokens": 16, "decode_attention": "gather", "dtype": "bfloat16", "first_token": "step", "cache_blocks": 333, "block_size": 8,
                "waiting_limit": 11, "admission": "deadline", "ttft_deadline_ms": 250.0, "max_tokens_budget": 555, "keepalive_s": 2.5, "graceful_timeout_s": 1.5,
                "resume_window_s": 4.5, "resume_buffer_events": 77, "resume_buffer_bytes": 9999, "lab": True}
 

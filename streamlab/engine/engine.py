@@ -79,9 +79,10 @@ class _Wish:
 
 class BatchEngine:
     def __init__(self, model: GPT2, config: EngineConfig = EngineConfig()) -> None:
-        self.model = model
+        dtype = getattr(torch, config.dtype)
+        self.model = model if model.dtype == dtype else model.cast(dtype)
         self.config = config
-        self.cache = model.new_cache(config.cache)
+        self.cache = self.model.new_cache(config.cache)
         self.blocks = BlockManager(config.cache.num_blocks)
         self.scheduler = Scheduler(config, self.blocks)
         self._inbox: list[_Wish] = []
@@ -89,7 +90,9 @@ class BatchEngine:
         self._state_lock = threading.Lock()  # held for bookkeeping, never during a forward pass
         self._step_lock = threading.Lock()  # one step at a time
         self._seq_ids = itertools.count()
-        self.use_kernel = config.decode_attention == "kernel" and paged_kernel.unavailable() is None
+        # The kernel is float32 only; another dtype takes the gather path.
+        self.use_kernel = (config.decode_attention == "kernel" and config.dtype == "float32"
+                           and paged_kernel.unavailable() is None)
         self._live: dict[str, Sequence] = {}  # submitted and not yet finished, inbox included
         self._steps = 0
         self._steps_started = 0
