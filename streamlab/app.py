@@ -20,6 +20,7 @@ from collections.abc import Callable
 from typing import Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+import anyio
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
@@ -166,6 +167,8 @@ def create_app(config: ServiceConfig = ServiceConfig(), loaded: LoadedModel | No
     async def lifespan(app: Starlette):
         model = loaded or load_model(config.model)
         warm_up(model, config.engine)
+        async with anyio.create_task_group():  # anyio imports its asyncio backend on first use (~15 ms
+            pass  # here): at start-up, not in the first client's time to first token
         hub = Hub(BatchEngine(model.model, config.engine), model.tokenizer, config.backpressure,
                   config.waiting_limit, **({"clock": clock} if clock else {}), first_token=config.first_token,
                   resume=config.resume, admission=config.admission)
