@@ -19,7 +19,7 @@ from rich.console import Console
 from benchmarks.common import machine, read_json, write_json
 
 SECTIONS = ("step", "bound", "overlap", "peer", "prefill", "joiners", "slow_readers", "disconnect", "proxy",
-            "overload", "precision", "harness")
+            "overload", "precision", "soak", "harness")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -80,6 +80,10 @@ def run_section(section: str, reps: int, log_dir: Path, say) -> dict:
         from benchmarks import overload
 
         return overload.run(say)
+    if section == "soak":
+        from benchmarks import soak
+
+        return soak.run(say)
     if section == "precision":
         from benchmarks import precision
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from benchmarks import plots
-from benchmarks.sections import overload_section, precision_section, prefill_section
+from benchmarks.sections import overload_section, precision_section, prefill_section, soak_section
 from benchmarks.common import DOCS, read_json
 from benchmarks.tables import _ms, _r, _spread, _table
 
@@ -362,7 +362,7 @@ def harness_section(h: dict | None) -> str:
 
 def write_page() -> Path:
     d = {name: read_json(name) for name in ("step", "bound", "overlap", "peer", "prefill", "joiners", "slow_readers",
-                                            "disconnect", "proxy", "overload", "precision", "harness", "timings")}
+                                            "disconnect", "proxy", "overload", "precision", "soak", "harness", "timings")}
     m = next((v["machine"] for v in d.values() if v and "machine" in v), {})
     if d["overlap"]:
         plots.overlap(d["overlap"], d["peer"], d["bound"])
@@ -376,6 +376,8 @@ def write_page() -> Path:
         plots.prefill(d["prefill"])
     if d["overload"]:
         plots.overload(d["overload"])
+    if d["soak"]:
+        plots.soak(d["soak"])
     table, _ = headline(d)
     minutes = sum((d["timings"] or {}).values()) / 60
     parts = [
@@ -390,7 +392,8 @@ def write_page() -> Path:
         "## Headline", "", table, "",
         overlap_section(d), step_section(d["step"]), prefill_section(d["prefill"]), joiners_section(d["joiners"]),
         slow_section(d["slow_readers"]), disconnect_section(d["disconnect"]), proxy_section(d["proxy"]),
-        overload_section(d["overload"]), precision_section(d["precision"]), harness_section(d["harness"]),
+        overload_section(d["overload"]), precision_section(d["precision"]), soak_section(d["soak"]),
+        harness_section(d["harness"]),
         "## What the numbers do not show", "",
         "- One small model on one 2-core CPU, float32 (bfloat16 only in its identity table), loopback. Step costs, buffer sizes and delays are this "
         "stack's; a GPU changes the shape (the chapter's 32-stream step cost 1.5x its 1-stream step, here much "

@@ -130,3 +130,23 @@ def overload(result: dict) -> Path:
     right.bar(labels, [result[m][r]["ttft_p99_admitted_s"] * 1e3 for m, r in runs], color=colors)
     right.set(ylabel="ms", title="TTFT p99 of admitted requests")
     return _save(fig, "overload.png")
+
+
+def soak(result: dict) -> Path:
+    """What the server held through the soak, against streams completed."""
+    samples = result["samples"]
+    done = [s["done"] for s in samples]
+    fig, axes = plt.subplots(1, 3, figsize=(12, 3.5))
+    axes[0].plot(done, [s.get("rss_bytes", 0) / 2**20 for s in samples], color="tab:blue")
+    axes[0].set(xlabel="streams completed", ylabel="MB", title="Resident memory")
+    axes[1].plot(done, [s.get("open_fds", 0) for s in samples], label="open descriptors", color="tab:gray")
+    axes[1].plot(done, [s["loop_tasks"] for s in samples], label="event loop tasks", color="tab:orange")
+    axes[1].set(xlabel="streams completed", title="Descriptors and tasks")
+    axes[1].legend(fontsize=8)
+    for key, color in (("ledger_entries", "tab:green"), ("releases", "tab:purple"), ("streams", "tab:red"),
+                       ("ended_remembered", "tab:brown")):
+        axes[2].plot(done, [s[key] for s in samples], label=key.replace("_", " "), color=color)
+    axes[2].axhline(result["history"], color="k", ls=":", label="--history")
+    axes[2].set(xlabel="streams completed", title="Per-request records")
+    axes[2].legend(fontsize=7)
+    return _save(fig, "soak.png")

@@ -78,6 +78,32 @@ def overload_section(o: dict | None) -> str:
         "already exceeds its SLO, and the server's time goes to responses too late to count.", ""])
 
 
+def soak_section(s: dict | None) -> str:
+    if not s:
+        return ""
+    from benchmarks.soak import summary
+
+    sizes = summary(s)
+    mb = 2 ** 20
+    rows = [["RSS MB", f"{sizes['rss_bytes']['start'] / mb:.0f}", f"{sizes['rss_bytes']['end'] / mb:.0f}",
+             f"{sizes['rss_bytes']['max'] / mb:.0f}"]]
+    for key, label in (("open_fds", "open descriptors"), ("loop_tasks", "event loop tasks"),
+                       ("ledger_entries", "ledger entries"), ("streams", "hub streams"), ("releases", "release log"),
+                       ("ended_remembered", "ended streams remembered"), ("engine_live", "engine requests")):
+        rows.append([label, str(sizes[key]["start"]), str(sizes[key]["end"]), str(sizes[key]["max"])])
+    tally = ", ".join(f"{k} {v}" for k, v in sorted(s["tally"].items()))
+    return "\n".join([
+        "## Soak: a long-running server", "",
+        f"{s['streams']:,} streams against one `streamlab serve` (`tiny`, `--history {s['history']}`), at most "
+        f"{s['concurrency']} at a time, in {s['duration_s']:.0f} s: {tally}. The server's /debug/sizes was read "
+        "every second; start is after the first 20% of streams (warm-up), max is over the rest.", "",
+        _table(["held", "start", "end", "max after warm-up"], rows), "",
+        "![soak](results/soak.png)", "",
+        f"Clean at the end: all blocks free and no double release: "
+        f"{s['stats']['blocks_free'] == s['stats']['blocks_total'] and not s['stats']['double_release_attempts']}; "
+        f"ledger problems: {len(s['ledger_problems_when_idle'])}.", ""])
+
+
 def precision_section(p: dict | None) -> str:
     if not p:
         return ""

@@ -188,6 +188,22 @@ def goodput_check(scenario: Scenario, trace: Trace) -> CheckResult:
     return CheckResult("goodput", not problems, "; ".join(figures), "; ".join(bounds), problems)
 
 
+def engine_faults(scenario: Scenario, trace: Trace) -> CheckResult:
+    """Injected engine faults were contained: at least one step failed, each stream either
+    finished normally or got `internal_error`, and the server kept serving (no step loop failure)."""
+    errors = trace.server.get("engine_step_errors", 0)
+    hit = [s for s in trace.streams if s.finish == "internal_error"]
+    odd = [f"{s.group}#{s.index}: {s.outcome}" for s in trace.streams
+           if s.status == 200 and s.outcome not in ("length", "eos", "stop", "internal_error", "client_left")]
+    problems = ([] if errors else ["no step failed: the fault was not injected"]) + odd
+    if trace.failure:
+        problems.append("the step loop broke instead of containing the fault")
+    figure = f"{errors} failed step(s), {len(hit)} stream(s) ended with internal_error, server healthy: " \
+             f"{trace.failure is None}"
+    return CheckResult("engine_faults", not problems, figure, "faults contained: errors only for the streams in a "
+                       "failed step, the rest served, the step loop alive", problems)
+
+
 def release_within(scenario: Scenario, trace: Trace) -> CheckResult:
     """Each early close is released within the bound; with resumption on, a stream that is not
     resumed waits the window first, so the time bound counts from the window's end."""
@@ -281,6 +297,8 @@ def run_checks(scenario: Scenario, trace: Trace, solo: dict[int, list[int] | str
         results.append(latency(scenario, trace, baselines or {}))
     if e.goodput:
         results.append(goodput_check(scenario, trace))
+    if scenario.faults is not None and scenario.faults.engine_error is not None:
+        results.append(unless_hidden("engine_faults", lambda: engine_faults(scenario, trace)))
     if e.release_within is not None:
         results.append(unless_hidden("release_within", lambda: release_within(scenario, trace) if native
                                      else release_by_gauges(scenario, trace)))

@@ -222,6 +222,16 @@ class Client:
             self._note(await conn.read_events(1, READ_DEADLINE_S))
 
 
+def with_headers(opener: Opener, extra: dict[str, str]) -> Opener:
+    """Every request through `opener` also carries `extra` (the access key)."""
+    if not extra:
+        return opener
+
+    async def open_(path: str, body, headers):
+        return await opener(path, body, {**extra, **(headers or {})})  # a request's own header wins (wrong_key)
+    return open_
+
+
 async def launch(planned, records: list[StreamRecord], scenario, clock: Callable[[], float],
                  opener_for: Callable[[object], Opener], progress=None, wire: Wire = StreamlabWire()) -> None:
     """Run every planned client at its arrival time (join_while: counted from the named group's
@@ -241,7 +251,7 @@ async def launch(planned, records: list[StreamRecord], scenario, clock: Callable
         async with slots:
             client = Client(pc.group, record, random.Random(pc.seed), clock, lambda g: first_token[g].set(), wire)
             try:
-                await client.run(opener_for(pc), scenario.server.max_tokens_budget)
+                await client.run(with_headers(opener_for(pc), wire.headers), scenario.server.max_tokens_budget)
             except (OSError, asyncio.TimeoutError, ConnectionError) as exc:  # refused at connect, say
                 record.failure = f"{type(exc).__name__}: {exc}"
         finished += 1

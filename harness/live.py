@@ -58,8 +58,9 @@ class ServerProcess:
         self.proc: subprocess.Popen | None = None
 
     def command(self, serve_args: list[str]) -> list[str]:
+        # --debug: the harness reads the server's own books (/debug/releases, /debug/steps, /metrics).
         return [sys.executable, "-m", "streamlab.cli", "serve", "--host", "127.0.0.1", "--port", str(self.port),
-                *serve_args]
+                "--debug", *serve_args]
 
     async def start(self) -> "ServerProcess":
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -109,11 +110,11 @@ class ServerProcess:
     async def request(self, method: str, path: str, body=None, **kw) -> RawExchange:
         return await RawExchange.open("127.0.0.1", self.port, method, path, body, **kw)
 
-    async def get_json(self, path: str, timeout_s: float = 10.0) -> dict:
-        return json.loads(await self.get_body(path, timeout_s))
+    async def get_json(self, path: str, timeout_s: float = 10.0, headers: dict[str, str] | None = None) -> dict:
+        return json.loads(await self.get_body(path, timeout_s, headers))
 
-    async def get_body(self, path: str, timeout_s: float = 10.0) -> bytes:
-        ex = await self.request("GET", path, timeout_s=timeout_s)
+    async def get_body(self, path: str, timeout_s: float = 10.0, headers: dict[str, str] | None = None) -> bytes:
+        ex = await self.request("GET", path, timeout_s=timeout_s, headers=headers)
         try:
             head = await ex.read_head(timeout_s)
             body = await ex.read_body(timeout_s)

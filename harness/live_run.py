@@ -22,7 +22,7 @@ from harness.rawhttp import RawExchange
 from harness.scenario import ProxySpec, Scenario, Sleeper
 from harness.target_watch import TargetWatch
 from harness.targets import TARGETS, Target
-from harness.wire import Wire, wire_for
+from harness.wire import Wire, bearer, wire_for
 
 RUN_DEADLINE_S = 600.0
 EXPORTS = Path("results") / "targets"  # models exported for targets that load transformers folders
@@ -168,9 +168,10 @@ class LiveBackend:
         server: LiveServer | None = None
         try:
             if model is None:  # a running server: ask it what it serves
-                model = (await endpoint.get_json("/v1/models"))["data"][0]["id"]
+                model = (await endpoint.get_json("/v1/models", headers=bearer(self.target.api_key)))["data"][0]["id"]
             profile = self.target.profile_spec
-            wire = wire_for(self.target.api, model, profile.request_extra, profile.ignore_eos)
+            key = scenario.server.api_key if self.target.own_server else self.target.api_key
+            wire = wire_for(self.target.api, model, profile.request_extra, profile.ignore_eos, key)
             front = endpoint.port
             spec = scenario.server.proxy
             if spec is not None:  # nginx between Toxiproxy and the server

@@ -167,7 +167,8 @@ class BadRequest(Strict):
     """Sends a malformed or oversized request and expects a refusal."""
     kind: Literal["bad_request"]
     send: Literal["malformed_json", "wrong_type", "unknown_field", "too_many_tokens", "body_too_large",
-                  "wrong_content_type", "empty_prompt", "lab_option"]
+                  "wrong_content_type", "empty_prompt", "lab_option", "missing_key", "wrong_key"] = Field(
+        description="missing_key, wrong_key: a good body with no access key, or another one than the server's")
     expect_status: int = Field(ge=400, le=599)
     expect_error: str
 
@@ -334,7 +335,7 @@ class ReleaseWithin(Strict):
 
 
 CheckName = Literal["leak_free", "exactly_once", "identity", "finish_reasons", "latency", "release_within", "waste",
-                    "capacity_restored", "healthy", "resumption", "goodput"]
+                    "capacity_restored", "healthy", "resumption", "goodput", "engine_faults"]
 
 
 Ratio = tuple[Annotated[float, Field(gt=0)], Annotated[float, Field(gt=0)]]
@@ -375,6 +376,23 @@ class Expectations(Strict):
         default_factory=dict, description="group -> the least fraction of its requests that must meet its slo")
 
 
+class EngineErrorFault(Strict):
+    """The model raises inside engine step `at_step`, and/or in any step with probability `rate`."""
+    at_step: int = Field(0, ge=0, description="0: no fixed step")
+    rate: float = Field(0.0, ge=0, le=1)
+    seed: int = Field(0, ge=0, description="seed of the rate's draws (a run is repeatable)")
+
+    @model_validator(mode="after")
+    def _some(self) -> "EngineErrorFault":
+        if not self.at_step and not self.rate:
+            raise ValueError("give at_step, rate or both")
+        return self
+
+
+class Faults(Strict):
+    engine_error: EngineErrorFault | None = None
+
+
 class Scenario(Strict):
     name: str = Field(pattern=r"^[a-z][a-z0-9_]*$")
     description: str = ""
@@ -387,9 +405,19 @@ class Scenario(Strict):
     max_clients_at_once: int | None = Field(None, ge=1, description="clients past this wait for one to finish")
     target: Target | None = Field(None, description="live: the server to aim at (default: this scenario's own "
                                                     "streamlab serve); --target overrides it")
+    faults: Faults | None = Field(None, description="lab: faults injected into the server (needs server: {lab: true})")
 
     @model_validator(mode="after")
     def _references(self) -> "Scenario":
+        engine_error = self.faults.engine_error if self.faults else None
+        if engine_error is not None:
+            if not self.server.lab:
+                raise FieldProblem(("faults", "engine_error"), "engine faults need server: {lab: true}")
+            if self.server.fault_step or self.server.fault_rate:
+                raise FieldProblem(("server", "fault_step"), "give faults in `faults:` or in `server:`, not both")
+            self.server = self.server.model_copy(update={"fault_step": engine_error.at_step,
+                                                         "fault_rate": engine_error.rate,
+                                                         "fault_seed": engine_error.seed})
         names = [g.name for g in self.groups]
         known = set(names)
         for i, g in enumerate(self.groups):
@@ -471,14 +499,28 @@ def _line_of(root: yaml.Node | None, loc: tuple) -> int | None:
     return line
 
 
+NEWLINE = b"\n"
+
+
+def _field_part(p) -> str:
+    """A path part as it reads in an error: a plain key as itself, anything odd (an empty key,
+    one with spaces or a newline) quoted, so the message stays one line that names it."""
+    return p if isinstance(p, str) and p.replace("_", "a").isalnum() and p.isascii() else \
+        str(p) if isinstance(p, int) else repr(p)
+
+
 def load(path: str | Path) -> Scenario:
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        raw = path.read_bytes()
+        text = raw.decode("utf-8")
         data = yaml.safe_load(text)
         root = yaml.compose(text)
     except OSError as exc:
         raise ScenarioError(f"{path}: cannot read: {exc}") from None
+    except UnicodeDecodeError as exc:  # found by fuzzing: a traceback before
+        line = raw[:exc.start].count(NEWLINE) + 1
+        raise ScenarioError(f"{path}:{line}: not UTF-8 text (byte {exc.start})") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"{path}:{mark.line + 1}" if mark else str(path)
@@ -493,7 +535,7 @@ def load(path: str | Path) -> Scenario:
             problem = err.get("ctx", {}).get("error")
             loc = tuple(err["loc"]) + (problem.loc if isinstance(problem, FieldProblem) else ())
             msg = str(problem) if isinstance(problem, FieldProblem) else err["msg"]
-            field = ".".join(str(p) for p in loc) or "(top level)"
+            field = ".".join(_field_part(p) for p in loc) or "(top level)"
             lines.append(f"{path}:{_line_of(root, loc)}: {field}: {msg}")
         raise ScenarioError("\n".join(lines)) from None
     if scenario.name != path.stem:

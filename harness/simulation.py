@@ -289,10 +289,10 @@ def sim_network(group: GroupSpec) -> tuple[float, float | None]:
 
 class SimServer:
     """One scenario's app and hub on virtual time (harness.backend.Server)."""
-    wire = StreamlabWire()
 
-    def __init__(self, app, state: dict, profile: StepCostProfile, clock: SimStepClock) -> None:
+    def __init__(self, app, state: dict, profile: StepCostProfile, clock: SimStepClock, api_key: str = "") -> None:
         self.app, self.state, self.profile, self.step_clock = app, state, profile, clock
+        self.wire = StreamlabWire(api_key=api_key)
         self.hub: Hub = state["hub"]
         self.loop = asyncio.get_running_loop()
         self.exchanges: list[asyncio.Task] = []
@@ -356,7 +356,7 @@ class SimBackend:
                          threaded=False)
         async with app.router.lifespan_context(app) as state:
             clock = SimStepClock(profile, ServerCore())
-            server = SimServer(app, state, profile, clock)
+            server = SimServer(app, state, profile, clock, scenario.server.api_key)
             driver = loop.create_task(drive(state["hub"], clock))
             try:
                 yield server

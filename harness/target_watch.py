@@ -63,7 +63,8 @@ class TargetWatch:
         wire, record = self.server.wire, _Scratch()
         record.sent_at = time.monotonic()
         try:
-            ex = await RawExchange.open("127.0.0.1", self.server.endpoint.port, "POST", wire.path, body)
+            ex = await RawExchange.open("127.0.0.1", self.server.endpoint.port, "POST", wire.path, body,
+                                        headers=wire.headers)
         except OSError:
             return record
         try:

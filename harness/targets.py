@@ -16,6 +16,7 @@ them were run against a real server is in docs/TARGETS.md.
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from typing import Literal
 from urllib.parse import urlsplit
@@ -102,6 +103,8 @@ class Target(Strict):
     start_deadline_s: float = Field(180.0, gt=0)
     probe_clients: int | None = Field(None, ge=1, description="capacity probe size; default: the scenario's "
                                                               "max_batch")
+    api_key: str = Field(default_factory=lambda: os.environ.get("STREAMLAB_TARGET_API_KEY", ""), repr=False,
+                         description="sent as Authorization: Bearer <key> (default: $STREAMLAB_TARGET_API_KEY)")
 
     @model_validator(mode="after")
     def _check(self) -> "Target":

@@ -37,6 +37,7 @@ class Record(Protocol):  # harness.clients.StreamRecord, without the import cycl
 class Wire(Protocol):
     name: str
     path: str
+    headers: dict[str, str]  # sent with every request (the access key, where one is needed)
 
     def body(self, prompt: str, request: dict) -> dict: ...
     def bad(self, kind: str, prompt: str, budget: int) -> tuple[bytes, dict[str, str]]: ...
@@ -55,14 +56,27 @@ def _bad(kind: str, good: dict, wrong_type: dict, too_many: dict, empty: dict, l
         "wrong_content_type": (json.dumps(good).encode(), {"content-type": "text/plain"}),
         "empty_prompt": (json.dumps(empty).encode(), JSON),
         "lab_option": (json.dumps(lab).encode(), JSON),
+        # An empty Authorization header, or another key: the access key the harness adds does not replace them.
+        "missing_key": (json.dumps(good).encode(), {**JSON, "authorization": ""}),
+        "wrong_key": (json.dumps(good).encode(), {**JSON, "authorization": "Bearer not-the-key"}),
     }
     return bodies[kind]
+
+
+def bearer(api_key: str) -> dict[str, str]:
+    """The header every /v1 request carries when the server wants a key."""
+    return {"authorization": f"Bearer {api_key}"} if api_key else {}
 
 
 @dataclass(frozen=True)
 class StreamlabWire:
     name: str = "streamlab"
     path: str = "/v1/stream"
+    api_key: str = field(default="", repr=False)
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return bearer(self.api_key)
 
     def body(self, prompt: str, request: dict) -> dict:
         return {"prompt": prompt, **request}
@@ -109,6 +123,11 @@ class OpenAIWire:
     chat: bool = False
     extra: dict = field(default_factory=dict)  # fields the target's profile adds to every request
     ignore_eos: str = "field"  # "field": send ignore_eos; "none": the profile's `extra` says it
+    api_key: str = field(default="", repr=False)
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return bearer(self.api_key)
 
     @property
     def name(self) -> str:
@@ -188,9 +207,11 @@ class OpenAIWire:
         return token
 
 
-def wire_for(api: str, model: str, extra: dict | None = None, ignore_eos: str = "field") -> Wire:
+def wire_for(api: str, model: str, extra: dict | None = None, ignore_eos: str = "field",
+             api_key: str = "") -> Wire:
     if api == "streamlab":
-        return StreamlabWire()
+        return StreamlabWire(api_key=api_key)
     if api in ("openai-completions", "openai-chat"):
-        return OpenAIWire(model, chat=api == "openai-chat", extra=extra or {}, ignore_eos=ignore_eos)
+        return OpenAIWire(model, chat=api == "openai-chat", extra=extra or {}, ignore_eos=ignore_eos,
+                          api_key=api_key)
     raise ValueError(f"unknown api {api!r}; expected streamlab, openai-completions or openai-chat")

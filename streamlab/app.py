@@ -13,6 +13,7 @@ import asyncio
 import dataclasses
 import json
 import logging
+import os
 import time
 from pathlib import Path
 from contextlib import asynccontextmanager
@@ -22,14 +23,16 @@ from typing import Literal, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 import anyio
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 
+from streamlab.access import AccessGuard
 from streamlab.config import CacheConfig, EngineConfig, ServiceConfig
-from streamlab.engine.engine import BatchEngine
-from streamlab.errors import (BodyTooLarge, InvalidJSON, InvalidRequest, ModelNotFound, NotAllowed, Overloaded,
+from streamlab.engine.engine import BatchEngine, FaultPlan
+from streamlab.errors import (BodyTimeout, BodyTooLarge, InvalidJSON, InvalidRequest, ModelNotFound, NotAllowed, Overloaded,
                               RequestError, RequestTooLarge, UnsupportedMediaType, http_status)
 from streamlab.hub import Hub, StreamEvent
 from streamlab.metrics import Metrics
@@ -91,10 +94,14 @@ async def read_json(request: Request, config: ServiceConfig) -> dict:
     if declared and declared.isdigit() and int(declared) > config.max_body_bytes:
         raise BodyTooLarge(f"the body is {declared} bytes; the limit is {config.max_body_bytes}")
     body = bytearray()
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > config.max_body_bytes:
-            raise BodyTooLarge(f"the body is over the limit of {config.max_body_bytes} bytes")
+    try:
+        async with asyncio.timeout(config.body_timeout_s):  # a body slower than its Content-Length
+            async for chunk in request.stream():
+                body += chunk
+                if len(body) > config.max_body_bytes:
+                    raise BodyTooLarge(f"the body is over the limit of {config.max_body_bytes} bytes")
+    except TimeoutError:
+        raise BodyTimeout(f"the body did not arrive within {config.body_timeout_s:g} s") from None
     try:
         data = json.loads(body)
     except (ValueError, UnicodeDecodeError) as exc:
@@ -169,7 +176,9 @@ def create_app(config: ServiceConfig = ServiceConfig(), loaded: LoadedModel | No
         warm_up(model, config.engine)
         async with anyio.create_task_group():  # anyio imports its asyncio backend on first use (~15 ms
             pass  # here): at start-up, not in the first client's time to first token
-        hub = Hub(BatchEngine(model.model, config.engine), model.tokenizer, config.backpressure,
+        fault = FaultPlan(config.fault_step, config.fault_rate, config.fault_seed) \
+            if config.fault_step or config.fault_rate else None
+        hub = Hub(BatchEngine(model.model, config.engine, fault), model.tokenizer, config.backpressure,
                   config.waiting_limit, **({"clock": clock} if clock else {}), first_token=config.first_token,
                   resume=config.resume, admission=config.admission)
         metrics = Metrics(hub)
@@ -293,7 +302,11 @@ def create_app(config: ServiceConfig = ServiceConfig(), loaded: LoadedModel | No
     async def healthz(request: Request) -> Response:
         hub: Hub = request.state.hub
         ok = hub.failure is None
-        return JSONResponse({"status": "ok" if ok else "failed", "draining": hub.draining},
+        # degraded: some steps failed and their requests got errors, but the engine goes on.
+        status = "failed" if not ok else "degraded" if hub.engine.step_errors else "ok"
+        return JSONResponse({"status": status, "draining": hub.draining, "engine_step_errors": hub.engine.step_errors,
+                             "last_engine_error": hub.engine.last_step_error,
+                             "failure": hub.failure_traceback.splitlines()[-1] if hub.failure_traceback else None},
                             status_code=200 if ok else 503)
 
     async def metrics(request: Request) -> Response:
@@ -310,6 +323,11 @@ def create_app(config: ServiceConfig = ServiceConfig(), loaded: LoadedModel | No
                                                 for rid, why, peak in list(hub.closed_streams)],
                              "ledger_problems_when_idle": hub.engine.check_released()})
 
+    async def sizes(request: Request) -> Response:
+        """What a long-running server holds: per-stream collections, event loop tasks, memory, fds."""
+        hub: Hub = request.state.hub
+        return JSONResponse({**hub.sizes(), "loop_tasks": len(asyncio.all_tasks()), **process_usage()})
+
     async def steps(request: Request) -> Response:
         """The step thread's recent steps: when each began, how long it took, what it did."""
         hub: Hub = request.state.hub
@@ -318,7 +336,8 @@ def create_app(config: ServiceConfig = ServiceConfig(), loaded: LoadedModel | No
 
     async def config_route(request: Request) -> Response:
         """The configuration this server parsed (the harness checks it equals the simulation's)."""
-        return JSONResponse(json.loads(json.dumps(dataclasses.asdict(config), default=str)))
+        shown = dataclasses.replace(config, api_key="(set)" if config.api_key else "")  # never the key itself
+        return JSONResponse(json.loads(json.dumps(dataclasses.asdict(shown), default=str)))
 
     async def lab_flood(request: Request) -> Response:
         """Lab: write events of `event_bytes` as fast as possible to a client that does not read;
@@ -374,11 +393,26 @@ def create_app(config: ServiceConfig = ServiceConfig(), loaded: LoadedModel | No
         Route("/debug/releases", releases, methods=["GET"]),
         Route("/debug/steps", steps, methods=["GET"]),
         Route("/debug/config", config_route, methods=["GET"]),
+        Route("/debug/sizes", sizes, methods=["GET"]),
         Route("/lab/flood", lab_flood, methods=["GET"]),
         Route("/lab/flood-result", lab_flood_result, methods=["GET"]),
     ]
     return Starlette(routes=routes, lifespan=lifespan, exception_handlers={
-        RequestError: on_request_error, HTTPException: on_http_error, Exception: on_unexpected})
+        RequestError: on_request_error, HTTPException: on_http_error, Exception: on_unexpected},
+        middleware=[Middleware(AccessGuard, api_key=config.api_key, debug=config.debug,
+                               admin_port=config.admin_port, max_headers=config.max_headers)])
+
+
+def process_usage() -> dict[str, int]:
+    """This process's resident memory and open file descriptors (Linux /proc; absent elsewhere)."""
+    out: dict[str, int] = {}
+    try:
+        with open("/proc/self/statm") as f:
+            out["rss_bytes"] = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+        out["open_fds"] = len(os.listdir("/proc/self/fd"))
+    except OSError:
+        pass
+    return out
 
 
 def warm_up(loaded: LoadedModel, like: EngineConfig = EngineConfig()) -> None:

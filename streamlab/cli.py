@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -70,9 +71,15 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+API_KEY_ENV = "STREAMLAB_API_KEY"
+
+
 def service_config(args: argparse.Namespace) -> ServiceConfig:
+    values = vars(args)
+    if not values.get("api_key"):  # the key from the environment keeps it out of `ps` and shell history
+        values = {**values, "api_key": os.environ.get(API_KEY_ENV, "")}
     try:
-        return options.service_config(vars(args))
+        return options.service_config(values)
     except ValueError as exc:
         raise SystemExit(f"streamlab serve: {exc}") from None
 

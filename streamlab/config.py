@@ -54,8 +54,12 @@ class EngineConfig:
     # The weights' and the cache's dtype: float32 (exact, the default) or bfloat16 (identity
     # with solo runs is then measured, not promised: see the results page).
     dtype: str = "float32"
+    # Per-request records kept for inspection (the ledger's released entries, the hub's release
+    # log, remembered ended streams): the most recent this many. Aggregates are kept forever.
+    history: int = 10_000
 
     def __post_init__(self) -> None:
+        _require(self.history >= 1, f"history must be >= 1, got {self.history}")
         _require(self.dtype in ("float32", "bfloat16"), f"dtype must be 'float32' or 'bfloat16', got {self.dtype!r}")
         _require(self.decode_attention in ("gather", "kernel"),
                  f"decode_attention must be 'gather' or 'kernel', got {self.decode_attention!r}")
@@ -96,7 +100,12 @@ class ServiceConfig:
     max_tokens_budget: int = 1024  # prompt tokens + max_new_tokens, per request
     keepalive_s: float = 15.0
     graceful_timeout_s: float = 5.0
-    lab: bool = False  # padding and the write-only response, for measurements only
+    lab: bool = False  # padding, the write-only response and fault injection, for measurements only
+    # Lab only: the model raises inside step `fault_step` (0: never) and/or in any step with
+    # probability `fault_rate`, from a generator seeded with `fault_seed` (streamlab.engine FaultPlan).
+    fault_step: int = 0
+    fault_rate: float = 0.0
+    fault_seed: int = 0
     # "prefill": a stream's first token goes out as soon as its own prefill is done;
     # "step": with the rest of the step's events, when the whole step ends (the chapter's lab).
     first_token: str = "prefill"
@@ -105,7 +114,19 @@ class ServiceConfig:
     # first-token deadline is refused when it is predicted to miss it (streamlab/deadline.py).
     admission: str = "waiting-limit"
     ttft_deadline_ms: float = 0.0  # the deadline of a request that names none; 0: none
+    # Exposure: a key every /v1/* request must send as `Authorization: Bearer <key>` ("": none);
+    # /debug/* and /metrics only with `debug`, or on a separate admin port (0: none).
+    api_key: str = field(default="", repr=False)
+    debug: bool = False
+    admin_port: int = 0
     max_body_bytes: int = 64 * 1024
+    # Hostile clients: the request head must arrive within header_timeout_s (streamlab/guard.py:
+    # uvicorn has no such timeout), and the body within body_timeout_s of the head.
+    header_timeout_s: float = 10.0
+    body_timeout_s: float = 10.0
+    max_connections: int = 4096  # open connections before uvicorn answers new requests 503
+    max_head_bytes: int = 16 * 1024  # a request head (line and headers) larger gets 431, connection closed
+    max_headers: int = 100  # header fields in one request; more get 431
     max_pad_bytes: int = 1024 * 1024
 
     def __post_init__(self) -> None:
@@ -117,4 +138,11 @@ class ServiceConfig:
         _require(self.admission in ("waiting-limit", "deadline"),
                  f"admission must be 'waiting-limit' or 'deadline', got {self.admission!r}")
         _require(self.ttft_deadline_ms >= 0, f"ttft deadline must be >= 0 ms, got {self.ttft_deadline_ms}")
+        _require(self.fault_step >= 0 and 0 <= self.fault_rate <= 1,
+                 f"fault_step must be >= 0 and fault_rate in [0, 1], got {self.fault_step}, {self.fault_rate}")
+        _require(self.lab or not (self.fault_step or self.fault_rate), "engine faults need --lab")
+        _require(self.header_timeout_s > 0 and self.body_timeout_s > 0, "header and body timeouts must be > 0 s")
+        _require(self.max_head_bytes >= 1024 and self.max_headers >= 8, "max_head_bytes >= 1024, max_headers >= 8")
+        _require(self.max_connections >= 1, f"max_connections must be >= 1, got {self.max_connections}")
+        _require(0 <= self.admin_port <= 65535, f"admin port must be 0-65535, got {self.admin_port}")
         _require(self.graceful_timeout_s >= 0, f"graceful timeout must be >= 0 s, got {self.graceful_timeout_s}")

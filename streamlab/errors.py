@@ -6,6 +6,7 @@
     │   ├── InvalidRequest              JSON of the wrong shape or types (422)
     │   ├── RequestTooLarge             can never fit: budget, context or cache (422)
     │   ├── BodyTooLarge                the body is over the size limit (413)
+    │   ├── BodyTimeout                 the body did not arrive within --body-timeout (408)
     │   ├── UnsupportedMediaType        not application/json (415)
     │   ├── NotAllowed                  a lab-only option without --lab (403)
     │   ├── ModelNotFound               an OpenAI request names a model this server does not serve (404)
@@ -52,6 +53,10 @@ class RequestTooLarge(RequestError):
 
 class BodyTooLarge(RequestError):
     error_type = "body_too_large"
+
+
+class BodyTimeout(RequestError):
+    error_type = "body_timeout"
 
 
 class UnsupportedMediaType(RequestError):
@@ -123,6 +128,7 @@ HTTP_STATUS: dict[type[StreamlabError], int] = {
     InvalidRequest: 422,
     RequestTooLarge: 422,
     BodyTooLarge: 413,
+    BodyTimeout: 408,
     UnsupportedMediaType: 415,
     NotAllowed: 403,
     ModelNotFound: 404,

@@ -40,8 +40,6 @@ log = logging.getLogger("streamlab.hub")
 
 Clock = Callable[[], float]
 IDLE_POLL_S = 0.05  # the step thread's longest sleep when idle (wishes also wake it at once)
-RELEASE_LOG_SIZE = 20_000
-ENDED_MEMORY = 10_000  # ended resumable streams remembered, so a late resume gets 410 and not 404
 
 
 class Wait(Enum):
@@ -145,13 +143,13 @@ class Hub:
         self._work = threading.Event()
         self._stopping = threading.Event()
         self._ticker: asyncio.Task | None = None
-        self._closed_at: dict[str, tuple[float, int]] = {}  # early closes awaiting release: (time, steps begun)
-        self.releases: deque[ReleaseRecord] = deque(maxlen=RELEASE_LOG_SIZE)
-        self.release_delays_s: deque[float] = deque(maxlen=RELEASE_LOG_SIZE)
+        history = engine.config.history  # per-request records kept; every one of these is bounded by it
+        self.releases: deque[ReleaseRecord] = deque(maxlen=history)
+        self.release_delays_s: deque[float] = deque(maxlen=history)
         # Each closed stream: (request id, close reason, most events it ever had queued).
-        self.closed_streams: deque[tuple[str, str, int]] = deque(maxlen=RELEASE_LOG_SIZE)
+        self.closed_streams: deque[tuple[str, str, int]] = deque(maxlen=history)
         # The step thread's own record: (began, seconds, prefilled, decoded), for /debug/steps.
-        self.step_log: deque[tuple[float, float, int, int]] = deque(maxlen=RELEASE_LOG_SIZE)
+        self.step_log: deque[tuple[float, float, int, int]] = deque(maxlen=history)
         self.on_release_delay: Callable[[float], None] | None = None  # metrics hook
         self.on_wish: Callable[[], None] | None = None  # an external driver's wake-up (the simulation)
         self._prefilled_early = 0  # prefills handed over early in the step running now
@@ -218,7 +216,9 @@ class Hub:
         predicted first-token time is past it, and dropped with an error event if the deadline
         passes while it still waits for a slot; one without a deadline (and every request under
         `waiting-limit`) is refused when the waiting limit is reached."""
-        if self.failure is not None or self.draining:
+        if self.failure is not None:
+            raise ShuttingDown("the engine failed and this server takes no new work; see /healthz")
+        if self.draining:
             raise ShuttingDown("the server is shutting down")
         gated = self.admission == "deadline" and ttft_deadline_s is not None
         if gated:
@@ -348,11 +348,10 @@ class Hub:
             stream.expiry = None
         if self.resume.on:
             self._ended[stream.request_id] = "it completed and was read" if stream.end_taken else f"closed: {reason}"
-            if len(self._ended) > ENDED_MEMORY:
+            if len(self._ended) > self.engine.config.history:  # so a late resume gets 410, not 404
                 del self._ended[next(iter(self._ended))]
         if not stream.finished:
-            self._mark_closed(stream.request_id)
-            self.engine.cancel(stream.request_id)
+            self.engine.cancel(stream.request_id, closed_at=self.clock())
             self.cancellations[reason] = self.cancellations.get(reason, 0) + 1
             self._wake()
         self._streams.pop(stream.request_id, None)
@@ -368,8 +367,7 @@ class Hub:
                 self._end_with_error(stream, reason, f"stream ended: {reason}")
 
     def _end_with_error(self, stream: Stream, error_type: str, message: str) -> None:
-        self._mark_closed(stream.request_id)
-        self.engine.cancel(stream.request_id)
+        self.engine.cancel(stream.request_id, closed_at=self.clock())
         self.cancellations[error_type] = self.cancellations.get(error_type, 0) + 1
         self._push(stream, "error", {"error": {"type": error_type, "message": message}})
         stream.finished = True
@@ -380,10 +378,6 @@ class Hub:
         self._work.set()
         if self.on_wish is not None:
             self.on_wish()
-
-    def _mark_closed(self, request_id: str) -> None:
-        # Before the cancel wish, so the step that carries it out is counted after this mark.
-        self._closed_at[request_id] = (self.clock(), self.engine.steps_started)
 
     def _apply_backpressure(self, stream: Stream) -> None:
         if stream.finished or stream.closed:
@@ -430,6 +424,10 @@ class Hub:
                 continue
             if fin.reason is FinishReason.CANCELLED:  # cancelled by no one the hub knows: say so
                 self._push(stream, "error", {"error": {"type": "cancelled", "message": "the request was cancelled"}})
+            elif fin.reason is FinishReason.ERROR:  # its step failed; the server goes on
+                self.cancellations["internal_error"] += 1
+                self._push(stream, "error", {"error": {"type": "internal_error",
+                                                       "message": "the engine failed in the step this request was in"}})
             else:
                 tail = stream.text.flush()
                 if tail and stream.queue and stream.queue[-1].kind == "token":
@@ -523,7 +521,7 @@ class Hub:
 
     def _record_releases(self, out: StepOutput, now: float) -> None:
         for fin in out.finished:
-            closed_at, closed_after_step = self._closed_at.pop(fin.request_id, (None, None))
+            closed_at, closed_after_step = fin.closed_at, fin.closed_after_step
             self.releases.append(ReleaseRecord(fin.request_id, fin.reason.value, fin.completion_tokens, fin.step,
                                                now, closed_at, closed_after_step))
             if closed_at is not None:
@@ -533,6 +531,13 @@ class Hub:
                     self.on_release_delay(delay)
 
     # ---- inspection ----
+
+    def sizes(self) -> dict[str, int]:
+        """Every per-stream collection the hub and engine keep (a soak samples them)."""
+        return {"streams": len(self._streams), "ended_remembered": len(self._ended), "releases": len(self.releases),
+                "release_delays": len(self.release_delays_s), "closed_streams": len(self.closed_streams),
+                "step_log": len(self.step_log), "cancellation_kinds": len(self.cancellations),
+                **self.engine.sizes()}
 
     def stats(self) -> dict:
         engine = self.engine.stats()
@@ -546,5 +551,6 @@ class Hub:
             "tokens_generated": engine.tokens_generated, "finished_by_reason": engine.finished_by_reason,
             "cancellations": dict(self.cancellations), "policy": self.cfg.policy.value,
             "draining": self.draining, "healthy": self.failure is None,
+            "engine_step_errors": self.engine.step_errors, "last_engine_error": self.engine.last_step_error,
             "failure": self.failure_traceback, **self.counters,
         }

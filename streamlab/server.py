@@ -8,6 +8,7 @@ after every connection has closed.
 
 from __future__ import annotations
 
+import asyncio
 import sys
 
 import uvicorn
@@ -15,10 +16,12 @@ from starlette.applications import Starlette
 
 from streamlab.app import create_app
 from streamlab.config import ServiceConfig
+from streamlab.guard import guarded_h11
 
 # uvicorn's own wait for connections, past our grace period: time for the error events to go out.
 FLUSH_MARGIN_S = 5.0
 SWITCH_INTERVAL_S = 0.001
+BACKLOG = 4096  # connections waiting to be accepted (the kernel caps it at net.core.somaxconn)
 
 
 class GracefulServer(uvicorn.Server):
@@ -34,11 +37,51 @@ class GracefulServer(uvicorn.Server):
         super().handle_exit(sig, frame)
 
 
+class AdminServer(uvicorn.Server):
+    """The admin port: the same app, so the same hub; a signal stops the main server too."""
+
+    def __init__(self, config: uvicorn.Config, main: GracefulServer) -> None:
+        super().__init__(config)
+        self.main = main
+
+    def handle_exit(self, sig, frame) -> None:
+        self.main.handle_exit(sig, frame)
+        super().handle_exit(sig, frame)
+
+
 def serve(config: ServiceConfig, host: str, port: int, log_level: str = "info") -> None:
     # The step thread runs Python between its tensor operations; with the default 5 ms switch
     # interval it waited that long for the GIL whenever the event loop held it.
     sys.setswitchinterval(SWITCH_INTERVAL_S)
     app = create_app(config)
     uv_config = uvicorn.Config(app, host=host, port=port, log_level=log_level, lifespan="on",
-                               timeout_graceful_shutdown=config.graceful_timeout_s + FLUSH_MARGIN_S)
-    GracefulServer(uv_config, app, config.graceful_timeout_s).run()
+                               timeout_graceful_shutdown=config.graceful_timeout_s + FLUSH_MARGIN_S,
+                               http=guarded_h11(config.header_timeout_s, config.max_head_bytes),
+                               limit_concurrency=config.max_connections,
+                               backlog=BACKLOG)
+    main = GracefulServer(uv_config, app, config.graceful_timeout_s)
+    if not config.admin_port:
+        main.run()
+        return
+    asyncio.run(_serve_with_admin(main, app, config.admin_port, log_level))
+
+
+async def _serve_with_admin(main: GracefulServer, app: Starlette, admin_port: int, log_level: str) -> None:
+    """The main server, and once it is up (the model loaded, the hub running) the admin port on
+    loopback, whose requests see the main server's lifespan state (its hub and metrics)."""
+    async def admin_app(scope, receive, send):
+        scope["state"] = dict(main.lifespan.state)
+        await app(scope, receive, send)
+
+    admin = AdminServer(uvicorn.Config(admin_app, host="127.0.0.1", port=admin_port, log_level=log_level,
+                                       lifespan="off"), main)
+    serving = asyncio.create_task(main.serve())
+    while not main.started and not serving.done():
+        await asyncio.sleep(0.05)
+    if serving.done():
+        await serving
+        return
+    admin_serving = asyncio.create_task(admin.serve())
+    await serving
+    admin.should_exit = True
+    await admin_serving

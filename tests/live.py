@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import asyncio
 import socket
 import threading
@@ -61,7 +63,8 @@ class LiveServer(AppServer):
     """`create_app` with the tiny model, in the test process."""
 
     def __init__(self, config: ServiceConfig, loaded) -> None:
-        super().__init__(create_app(config, loaded))
+        # debug: these tests read the server's books at /debug/releases, as the harness does.
+        super().__init__(create_app(dataclasses.replace(config, debug=True), loaded))
 
     @property
     def hub(self):

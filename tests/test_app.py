@@ -20,6 +20,7 @@ PROMPT = "Return the number of items in the container."
 
 def cfg(**kw) -> ServiceConfig:
     engine = kw.pop("engine", EngineConfig(max_batch=8, cache=CacheConfig(num_blocks=256)))
+    kw.setdefault("debug", True)  # these tests read /debug/* and /metrics
     return ServiceConfig(engine=engine, **kw)
 
 

@@ -60,3 +60,32 @@ def test_ledger_reports_a_sequence_never_released():
     bm = BlockManager(6)
     bm.allocate(1, 3)
     assert bm.ledger.problems() == ["sequence 1: allocated 1x, released 0x"]
+
+
+def test_the_ledger_keeps_a_bounded_window_of_released_entries_and_the_aggregates():
+    bm = BlockManager(8, ledger_window=3)
+    bm.allocate(100, 2)  # still held: always kept, whatever the window
+    for seq in range(10):
+        bm.allocate(seq, 1)
+        bm.release(seq)
+    assert set(bm.ledger.entries) == {100, 7, 8, 9}  # the live one and the last three released
+    assert (bm.ledger.allocations, bm.ledger.releases, bm.ledger.forgotten) == (11, 10, 7)
+    with pytest.raises(DoubleRelease):
+        bm.release(9)  # inside the window: known as a double release
+    with pytest.raises(BlockAccountingError):
+        bm.release(0)  # past the window: still refused, as an unknown sequence
+    bm.release(100)
+    assert bm.check_invariants() == []
+
+
+def test_a_bad_entry_leaving_the_window_is_still_counted():
+    bm = BlockManager(4, ledger_window=1)
+    bm.allocate(1, 1)
+    bm.release(1)
+    with pytest.raises(DoubleRelease):
+        bm.release(1)
+    bm.ledger.entries[1].releases = 2  # as if a bug had released it twice: the entry is bad
+    bm.allocate(2, 1)
+    bm.release(2)  # pushes entry 1 out of the window
+    assert 1 not in bm.ledger.entries
+    assert "1 older sequence(s) not allocated and released exactly once" in bm.ledger.problems()

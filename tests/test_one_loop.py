@@ -10,7 +10,7 @@ import sys
 import textwrap
 
 from harness import runner
-from harness.live import ServerProcess
+from harness.live import ServerProcess, free_port
 from harness.scenario import ServerSpec, load_by_name
 from harness.simulation import SimStepClock
 from streamlab.engine.engine import BatchEngine
@@ -21,7 +21,8 @@ from streamlab.config import ServiceConfig
 from tests.asgi import running_service
 
 NON_DEFAULT = {"model": "tiny", "policy": Policy.DROP, "queue_limit": 5, "stall_timeout_s": 0.4, "max_batch": 7,
-               "max_prefills_per_step": 3, "step_token_budget": 48, "prefill_chunk_tokens": 16, "decode_attention": "gather", "dtype": "bfloat16", "first_token": "step", "cache_blocks": 333, "block_size": 8,
+               "max_prefills_per_step": 3, "step_token_budget": 48, "prefill_chunk_tokens": 16, "decode_attention": "gather", "dtype": "bfloat16", "history": 123, "fault_step": 7, "fault_rate": 0.25, "fault_seed": 3,
+               "header_timeout_s": 3.5, "body_timeout_s": 4.5, "max_connections": 3000, "max_head_bytes": 20000, "max_headers": 50, "api_key": "k", "debug": True, "admin_port": free_port(), "first_token": "step", "cache_blocks": 333, "block_size": 8,
                "waiting_limit": 11, "admission": "deadline", "ttft_deadline_ms": 250.0, "max_tokens_budget": 555, "keepalive_s": 2.5, "graceful_timeout_s": 1.5,
                "resume_window_s": 4.5, "resume_buffer_events": 77, "resume_buffer_bytes": 9999, "lab": True}
 
@@ -117,11 +118,11 @@ def test_every_serve_option_is_a_scenario_field_with_the_same_default():
 def test_each_option_changes_the_configuration():
     """No field is dropped on the way: changing it alone changes the config."""
     assert set(NON_DEFAULT) == set(ServerSpec.model_fields) - HARNESS_SIDE
-    default = ServerSpec().service_config()
     for name, value in NON_DEFAULT.items():
         if name == "model":
             continue  # one model ships small enough for tests
-        assert ServerSpec(**{name: value}).service_config() != default, name
+        lab = {"lab": True} if name.startswith("fault_") else {}  # faults are lab-only
+        assert ServerSpec(**{name: value, **lab}).service_config() != ServerSpec(**lab).service_config(), name
 
 
 def test_the_live_servers_parsed_configuration_equals_the_simulated_one():
@@ -132,6 +133,7 @@ def test_the_live_servers_parsed_configuration_equals_the_simulated_one():
             return await server.get_json("/debug/config")
 
     simulated = json.loads(json.dumps(dataclasses.asdict(spec.service_config()), default=str))
+    simulated["api_key"] = "(set)"  # /debug/config never shows the key itself
     assert asyncio.run(live_config()) == simulated
     assert service_config({}) == ServerSpec().service_config()  # one set of defaults
 

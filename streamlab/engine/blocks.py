@@ -8,7 +8,7 @@ No torch here: blocks are ids, the tensors live in cache.py.
 
 from __future__ import annotations
 
-from collections import deque
+from collections import OrderedDict, deque
 from dataclasses import dataclass
 
 from streamlab.errors import BlockAccountingError, DoubleRelease
@@ -22,11 +22,21 @@ class LedgerEntry:
     double_release_attempts: int = 0
 
 
-class Ledger:
-    """Per-sequence allocation and release counts, kept for the life of the engine."""
+LEDGER_WINDOW = 10_000  # released sequences whose own entries are kept (the checks read the recent ones)
 
-    def __init__(self) -> None:
-        self.entries: dict[int, LedgerEntry] = {}
+
+class Ledger:
+    """Allocation and release counts: in aggregate for the life of the engine, per sequence for
+    every sequence still holding blocks and for the last `window` released ones. A long-running
+    server's ledger is bounded: an entry past the window is folded into the aggregates, and one
+    that was not allocated and released exactly once is counted there, not forgotten."""
+
+    def __init__(self, window: int = LEDGER_WINDOW) -> None:
+        self.entries: OrderedDict[int, LedgerEntry] = OrderedDict()
+        self.window = window
+        self.settled = 0  # released entries currently kept (oldest first in `entries` order of release)
+        self.forgotten = 0  # entries folded into the aggregates
+        self.forgotten_problems = 0  # of those, how many were not allocated and released exactly once
         self.double_release_attempts = 0
         self.allocations = 0
         self.releases = 0
@@ -44,9 +54,23 @@ class Ledger:
         self.blocks_allocated += num_blocks
 
     def record_release(self, seq_id: int, num_blocks: int) -> None:
-        self.entry(seq_id).releases += 1
+        entry = self.entry(seq_id)
+        entry.releases += 1
         self.releases += 1
         self.blocks_released += num_blocks
+        if entry.releases == 1:
+            self.entries.move_to_end(seq_id)  # released entries queue up in release order
+            self.settled += 1
+            self._forget_beyond_window()
+
+    def _forget_beyond_window(self) -> None:
+        while self.settled > self.window:
+            seq_id, e = next((k, v) for k, v in self.entries.items() if v.releases)
+            del self.entries[seq_id]
+            self.settled -= 1
+            self.forgotten += 1
+            if e.allocations != 1 or e.releases != 1:
+                self.forgotten_problems += 1
 
     def problems(self) -> list[str]:
         """Sequences not allocated-and-released exactly once (only meaningful when idle)."""
@@ -54,18 +78,20 @@ class Ledger:
         for seq_id, e in self.entries.items():
             if e.allocations != 1 or e.releases != 1:
                 out.append(f"sequence {seq_id}: allocated {e.allocations}x, released {e.releases}x")
+        if self.forgotten_problems:
+            out.append(f"{self.forgotten_problems} older sequence(s) not allocated and released exactly once")
         if self.double_release_attempts:
             out.append(f"{self.double_release_attempts} double-release attempt(s)")
         return out
 
 
 class BlockManager:
-    def __init__(self, num_blocks: int) -> None:
+    def __init__(self, num_blocks: int, ledger_window: int = LEDGER_WINDOW) -> None:
         self.num_blocks = num_blocks
         self._free: deque[int] = deque(range(num_blocks))
         self._refcount = [0] * num_blocks
         self._tables: dict[int, list[int]] = {}
-        self.ledger = Ledger()
+        self.ledger = Ledger(ledger_window)
 
     @property
     def num_free(self) -> int:

@@ -22,7 +22,7 @@ from streamlab.deadline import QueueSnapshot
 from streamlab.engine.blocks import BlockManager
 from streamlab.engine.scheduler import PromptChunk, ScheduledBatch, Scheduler
 from streamlab.engine.sequence import FinishReason, Sequence, SequenceStatus, StopCheck
-from streamlab.errors import DuplicateRequest, RequestError, RequestTooLarge
+from streamlab.errors import DuplicateRequest, InvariantViolation, RequestError, RequestTooLarge
 from streamlab import paged_kernel
 from streamlab.model import GPT2, AttentionGroup, ChunkInput, DecodeBatch, TableAttention
 from streamlab.sampling import SamplingParams, make_rng, sample
@@ -41,6 +41,8 @@ class FinishEvent:
     reason: FinishReason
     completion_tokens: int
     step: int  # the step in which the sequence ended (and its blocks, if any, went back)
+    closed_at: float | None = None  # cancel(closed_at=): when its client's stream was closed, on the caller's clock
+    closed_after_step: int | None = None  # steps begun at that moment: `step` should be the next
 
 
 @dataclass(frozen=True)
@@ -51,6 +53,31 @@ class StepOutput:
     prefilled: int
     decoded: int
     prefill_tokens: int = 0  # prompt tokens run through prefill in this step
+    error: str | None = None  # the step failed: its sequences ended with reason `error`
+
+
+class EngineBroken(RuntimeError):
+    """Steps kept failing: the engine cannot go on (the server then refuses work and drains)."""
+
+
+class InjectedFault(RuntimeError):
+    """The lab's fault hook (FaultPlan): a model step that raises on purpose."""
+
+
+@dataclass(frozen=True)
+class FaultPlan:
+    """Lab only: make the model raise inside step `at_step`, and/or in any step with probability
+    `rate` (a generator seeded with `seed`, so a run is repeatable)."""
+    at_step: int = 0
+    rate: float = 0.0
+    seed: int = 0
+
+    def rng(self):
+        import random
+        return random.Random(self.seed)
+
+
+MAX_CONSECUTIVE_STEP_ERRORS = 3  # this many failed steps in a row: the engine is broken, not unlucky
 
 
 @dataclass(frozen=True)
@@ -78,18 +105,22 @@ class _Wish:
 
 
 class BatchEngine:
-    def __init__(self, model: GPT2, config: EngineConfig = EngineConfig()) -> None:
+    def __init__(self, model: GPT2, config: EngineConfig = EngineConfig(), fault: FaultPlan | None = None) -> None:
         dtype = getattr(torch, config.dtype)
         self.model = model if model.dtype == dtype else model.cast(dtype)
         self.config = config
         self.cache = self.model.new_cache(config.cache)
-        self.blocks = BlockManager(config.cache.num_blocks)
+        self.blocks = BlockManager(config.cache.num_blocks, ledger_window=config.history)
         self.scheduler = Scheduler(config, self.blocks)
         self._inbox: list[_Wish] = []
         self._inbox_lock = threading.Lock()
         self._state_lock = threading.Lock()  # held for bookkeeping, never during a forward pass
         self._step_lock = threading.Lock()  # one step at a time
         self._seq_ids = itertools.count()
+        self.fault, self._fault_rng = fault, fault.rng() if fault else None
+        self.step_errors = 0  # steps that failed and were contained
+        self.last_step_error: str | None = None
+        self._consecutive_errors = 0
         # The kernel is float32 only; another dtype takes the gather path.
         self.use_kernel = (config.decode_attention == "kernel" and config.dtype == "float32"
                            and paged_kernel.unavailable() is None)
@@ -126,8 +157,16 @@ class BatchEngine:
             self._submitted += 1
             self._inbox.append(_Wish("submit", request_id, seq))
 
-    def cancel(self, request_id: str) -> None:
-        """End a request at the next step; harmless if it already ended or is cancelled twice."""
+    def cancel(self, request_id: str, closed_at: float | None = None) -> None:
+        """End a request at the next step; harmless if it already ended or is cancelled twice.
+
+        closed_at: when the caller's stream closed (its clock); the finish event carries it and the
+        steps begun at that moment, for release-delay measurements. Kept on the sequence itself,
+        so a close that comes after the sequence ended leaves nothing behind."""
+        with self._inbox_lock:
+            seq = self._live.get(request_id)
+            if closed_at is not None and seq is not None and seq.closed_at is None:
+                seq.closed_at, seq.closed_after_step = closed_at, self._steps_started
         self._wish("cancel", request_id)
 
     def stop(self, request_id: str) -> None:
@@ -185,8 +224,45 @@ class BatchEngine:
             self._steps_started = step
             self._apply_inbox(step, finished)
             batch = self.scheduler.schedule(step)
-        if self.config.step_token_budget:
-            return self._mixed_step(step, batch, finished)
+        try:
+            self._maybe_inject_fault(step, batch)
+            if self.config.step_token_budget:
+                out = self._mixed_step(step, batch, finished)
+            else:
+                out = self._whole_prompt_step(step, batch, finished, on_prefill)
+        except (EngineBroken, InvariantViolation):
+            raise
+        except Exception as exc:  # crash-only per step: its sequences end, their blocks go back once
+            return self._fail_step(step, batch, finished, exc)
+        self._consecutive_errors = 0
+        return out
+
+    def _maybe_inject_fault(self, step: int, batch: ScheduledBatch) -> None:
+        if self.fault is None or not (batch.prefills or batch.decodes or batch.chunks):
+            return
+        if step == self.fault.at_step or (self.fault.rate and self._fault_rng.random() < self.fault.rate):
+            raise InjectedFault(f"injected engine fault in step {step}")
+
+    def _fail_step(self, step: int, batch: ScheduledBatch, finished: list[FinishEvent],
+                   exc: Exception) -> StepOutput:
+        """A step that raised: every sequence in it ends with reason `error` (its cache may be half
+        written), released exactly once; sequences not in it go on. Too many in a row: broken."""
+        in_step = list({id(s): s for s in [*batch.prefills, *batch.decodes, *(c.seq for c in batch.chunks)]}.values())
+        with self._state_lock:
+            for seq in in_step:
+                if seq.status is not SequenceStatus.FINISHED:
+                    self._finish(seq, FinishReason.ERROR, step, finished)
+            self._steps = step
+        self.step_errors += 1
+        self._consecutive_errors += 1
+        self.last_step_error = f"step {step}: {type(exc).__name__}: {exc}"
+        if self._consecutive_errors >= MAX_CONSECUTIVE_STEP_ERRORS:
+            raise EngineBroken(f"{self._consecutive_errors} steps failed in a row; last: {self.last_step_error}") \
+                from exc
+        return StepOutput(step, [], finished, 0, 0, 0, error=self.last_step_error)
+
+    def _whole_prompt_step(self, step: int, batch: ScheduledBatch, finished: list[FinishEvent],
+                           on_prefill: Callable[[StepOutput], None] | None) -> StepOutput:
         made: list[tuple[Sequence, int]] = []
         for group in self._prefill_passes(batch.prefills):
             slots = [self.cache.slots_for(seq.block_table, 0, len(seq.prompt_ids)) for seq in group]
@@ -291,7 +367,8 @@ class BatchEngine:
             if self._live.get(seq.request_id) is seq:
                 del self._live[seq.request_id]
         self._finished_by_reason[reason.value] += 1
-        finished.append(FinishEvent(seq.request_id, reason, len(seq.output_ids), step))
+        finished.append(FinishEvent(seq.request_id, reason, len(seq.output_ids), step, seq.closed_at,
+                                    seq.closed_after_step))
 
     def _decode_batch(self, seqs: list[Sequence]) -> DecodeBatch:
         bs = self.config.cache.block_size
@@ -338,6 +415,17 @@ class BatchEngine:
                 steps=self._steps, tokens_generated=self._tokens_generated,
                 requests_submitted=self._submitted, requests_finished=sum(self._finished_by_reason.values()),
                 finished_by_reason=dict(self._finished_by_reason))
+
+    def sizes(self) -> dict[str, int]:
+        """Every per-request collection the engine keeps: all must stay bounded on a long-running server."""
+        with self._state_lock:
+            with self._inbox_lock:
+                return {"engine_live": len(self._live), "engine_inbox": len(self._inbox),
+                        "scheduler_waiting": len(self.scheduler.waiting),
+                        "scheduler_running": len(self.scheduler.running),
+                        "ledger_entries": len(self.blocks.ledger.entries),
+                        "ledger_forgotten": self.blocks.ledger.forgotten,
+                        "block_tables": len(self.blocks.holders())}
 
     def is_waiting(self, request_id: str) -> bool:
         """Submitted and not yet admitted (holds no blocks yet)."""

@@ -23,6 +23,7 @@ class FinishReason(str, enum.Enum):
     EOS = "eos"
     STOP = "stop"
     CANCELLED = "cancelled"
+    ERROR = "error"  # the step it was in failed; its blocks went back, the engine went on
 
 
 @dataclass
@@ -40,6 +41,8 @@ class Sequence:
     finish_reason: FinishReason | None = None
     admitted_step: int | None = None
     prefilled: int = 0  # prompt tokens whose K/V are in the cache (chunked prefill)
+    closed_at: float | None = None  # the caller's stream closed (BatchEngine.cancel), on its clock
+    closed_after_step: int | None = None
     finished_step: int | None = None
 
     @property

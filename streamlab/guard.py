@@ -1,0 +1,86 @@
+"""A header-read timeout and a head-size limit for uvicorn, which has neither (the slowloris guard).
+
+uvicorn closes an idle keep-alive connection after `timeout_keep_alive`, but a client that
+has started a request head and sends it a byte at a time holds its connection (and a slot in
+`limit_concurrency`) for as long as it likes: data arriving cancels the keep-alive timer, and
+nothing times the head itself. This protocol is uvicorn's own h11 protocol plus one timer: from
+the moment a connection is waiting for a request head (when it opens, and when a keep-alive
+connection's next request starts arriving) the whole head must arrive within
+`header_timeout_s`, or the server answers 408 with our error envelope and closes the connection.
+
+h11's own limit on a head (16 KB) holds only while the head is incomplete: a 100 KB head that
+arrives in one read is accepted whole. So the bytes read while waiting for a head are counted
+too, and past `max_head_bytes` the answer is 431 and the connection closed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+def _closing_response(status: bytes, error_type: str, message: str) -> bytes:
+    body = json.dumps({"type": "error", "error": {"type": error_type, "message": message}}).encode()
+    return (b"HTTP/1.1 " + status + b"\r\ncontent-type: application/json\r\ncontent-length: "
+            + str(len(body)).encode() + b"\r\nconnection: close\r\n\r\n" + body)
+
+
+TIMEOUT_RESPONSE = _closing_response(b"408 Request Timeout", "header_timeout", "the request head did not arrive in time")
+TOO_LARGE_RESPONSE = _closing_response(b"431 Request Header Fields Too Large", "header_too_large",
+                                       "the request head is over the size limit")
+
+
+def guarded_h11(header_timeout_s: float, max_head_bytes: int = 16 * 1024) -> type[H11Protocol]:
+    """uvicorn's h11 protocol class with a header-read timeout and a head-size limit
+    (uvicorn.Config(http=...))."""
+
+    class HeaderTimeoutH11Protocol(H11Protocol):
+        _head_timer: asyncio.TimerHandle | None = None
+        _head_bytes = 0
+
+        def connection_made(self, transport) -> None:  # type: ignore[override]
+            super().connection_made(transport)
+            self._arm()
+
+        def data_received(self, data: bytes) -> None:
+            waiting_for_head = self.cycle is None or self.cycle.response_complete
+            if self._head_timer is None and waiting_for_head:
+                self._arm()  # a keep-alive connection's next head starts arriving now
+            if waiting_for_head:
+                self._head_bytes += len(data)
+                if self._head_bytes > max_head_bytes:
+                    self._disarm()
+                    self.transport.write(TOO_LARGE_RESPONSE)
+                    self.transport.close()
+                    return
+            super().data_received(data)
+
+        def handle_events(self) -> None:
+            before = self.cycle
+            super().handle_events()
+            if self.cycle is not before:  # a whole head arrived: the request is the app's now
+                self._disarm()
+
+        def connection_lost(self, exc) -> None:
+            self._disarm()
+            super().connection_lost(exc)
+
+        def _arm(self) -> None:
+            self._disarm()
+            self._head_bytes = 0
+            self._head_timer = self.loop.call_later(header_timeout_s, self._head_timed_out)
+
+        def _disarm(self) -> None:
+            if self._head_timer is not None:
+                self._head_timer.cancel()
+                self._head_timer = None
+
+        def _head_timed_out(self) -> None:
+            self._head_timer = None
+            if self.transport.is_closing() or not (self.cycle is None or self.cycle.response_complete):
+                return
+            self.transport.write(TIMEOUT_RESPONSE)
+            self.transport.close()
+
+    return HeaderTimeoutH11Protocol
