@@ -49,7 +49,10 @@ def prefill_section(c: dict | None) -> str:
         "as the budget shrinks. On 2 cores the prompt rows and the decode rows compete for the same arithmetic "
         "(the step at 32 already runs near this CPU's limit, see Step cost), so no budget gives both a gap p99 "
         "under 2x its p50 and the whole-prompt TTFT p99; the default is the largest budget whose gap p99 stayed "
-        "under 2x in the sweep that chose it.", ""])
+        "under 2x in the sweep that chose it. For this workload alone, whole prompts with first tokens at the end "
+        "of the step do give both (all 32 start in the same step, so nobody waits between tokens), but only "
+        "because nothing was running when they came: a request that joins running streams then stalls every one "
+        "of them for its whole prefill, which is what chunking removes.", ""])
 
 
 def overload_section(o: dict | None) -> str:

@@ -82,6 +82,20 @@ def contiguous_step_ms(hf: torch.nn.Module, prompts: list[list[int]], steps: int
     return times[warmup:]
 
 
+def kernel_vs_gather(loaded: LoadedModel, batch: int, prompt_len: int, steps: int, repeats: int,
+                     warmup: int = 3) -> dict:
+    """The decode step at `batch` sequences with longer contexts (the prompts repeated to
+    `prompt_len` tokens), paged kernel against gather, interleaved."""
+    prompts = [(p * (prompt_len // len(p) + 1))[:prompt_len] for p in fixed_length_prompts(loaded, batch, 32)]
+    kernel, gather = [], []
+    for _ in range(repeats):
+        kernel.append(statistics.median(paged_step_ms(loaded, prompts, steps, warmup, "kernel")))
+        gather.append(statistics.median(paged_step_ms(loaded, prompts, steps, warmup, "gather")))
+    k, g = statistics.median(kernel), statistics.median(gather)
+    return {"batch": batch, "prompt_tokens": prompt_len, "kernel_ms": k, "gather_ms": g, "kernel_over_gather": k / g,
+            "kernel_ms_range": [min(kernel), max(kernel)], "gather_ms_range": [min(gather), max(gather)]}
+
+
 def matmul_gflops(size: int = 1024, seconds: float = 1.0, rounds: int = 5) -> dict:
     """This CPU's sustained fp32 matrix-multiply rate with every thread torch uses: the median of
     `rounds` rounds of back-to-back (size x size) @ (size x size) products, each about `seconds`."""
@@ -142,7 +156,8 @@ def run_step_bench(loaded: LoadedModel, batch_sizes: list[int], prompt_len: int,
         r["fraction_of_limit"] = r["paged_gflops"] / limit["gflops"]
     from streamlab import paged_kernel
 
-    return {"model": loaded.name, "prompt_tokens": prompt_len, "steps": steps, "repeats": repeats,
+    contexts = [kernel_vs_gather(loaded, max(batch_sizes), n, steps, repeats, warmup) for n in (160, 400)]
+    return {"kernel_vs_gather": contexts, "model": loaded.name, "prompt_tokens": prompt_len, "steps": steps, "repeats": repeats,
             "machine": machine(), "rows": rows, "limit": limit, "decode_attention": EngineConfig().decode_attention,
             "kernel_unavailable": paged_kernel.unavailable()}
 
