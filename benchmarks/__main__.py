@@ -1,5 +1,5 @@
 """`python -m benchmarks` (or `scripts/dev bench`): every measurement, its JSON, its plots and
-docs/RESULTS.md. 7.5 minutes on 2 CPU cores here (18 on an earlier, slower machine; under 20 is the budget).
+docs/RESULTS.md. 16.5 minutes on 2 CPU cores here (under 20 is the budget).
 
   --only overlap,peer   run some sections; the page is rebuilt from every JSON present
   --reps N              repetitions where the chapter used three (default 3)
