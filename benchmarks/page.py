@@ -214,12 +214,13 @@ def joiners_section(j: dict | None) -> str:
         "(`/debug/steps`).", "",
         _table(["running", "TTFT p50 ms", "TTFT p99 ms", "p50 vs idle", "decode step ms", "admitting step ms",
                 "step + prefill ms", "p50 / (step + prefill)"], rows), "",
-        "A joiner waits for the rest of the step in progress and then for its admitting step; its first token "
-        "goes out as soon as its prefill pass is done, before that step's decode. On an idle engine that is under "
-        "one decode step plus one admitting step. With streams running, what is left over (the ratio above 1) "
-        "lies outside the two steps: the connection, request parsing and tokenization on the event loop, which "
-        "shares the 2 cores with the step, and joiners arriving within one step, which are prefilled together; "
-        "this page does not split it further. The p99 is a joiner that arrived while another's prefill ran.", ""])
+        "A joiner waits for the rest of the step in progress and then for its admitting step, in which its "
+        "prompt runs beside everyone's decode in one pass (chunked prefill, the default); its first token goes out "
+        "when that step ends. So the bound holds with room to spare (the ratio stays under 1): what is left "
+        "over lies outside the two steps (the connection, request parsing and tokenization on the event loop, "
+        "which shares the 2 cores with the step). The running streams pay for the joiner's prompt only in that "
+        "one step, which is longer than a decode step by the prompt's rows. The p99 is a joiner that arrived "
+        "just after a step began.", ""])
 
 
 def slow_section(s: dict | None) -> str:
