@@ -142,10 +142,12 @@ def overlap_section(d: dict) -> str:
                     "with the step).")
         out += ["### Why the shape is what it is", "",
                 f"Inside the server, during the median 32-stream run, the step thread spent "
-                f"{s['prefill_step_s']:.2f} s in steps with prefills and {s['decode_s']:.2f} s in "
-                f"{s['decode_steps']} decode steps (median {s['decode_step_at_32_median_s'] * 1e3:.0f} ms at 32 "
+                f"{s['prefill_step_s']:.2f} s in steps that carried prompt tokens (with chunked prefill those also "
+                f"decode the streams already running) and {s['decode_s']:.2f} s in "
+                f"{s['decode_steps']} decode-only steps (median {s['decode_step_at_32_median_s'] * 1e3:.0f} ms at 32 "
                 f"sequences): {busy:.2f} s of step time against a makespan of {ms:.2f} s, so the step thread was "
-                f"busy throughout and prefill was {s['prefill_step_s'] / ms:.0%} of the makespan.{http}", "",
+                f"busy throughout and steps with prompt tokens were {s['prefill_step_s'] / ms:.0%} of the "
+                f"makespan.{http}", "",
                 f"The speedup over back to back is bounded by the step's own growth: a decode step at 32 costs "
                 f"{r32['paged_ms']:.0f} ms against {r1['paged_ms']:.0f} ms at 1 (the step benchmark, 48-token "
                 f"contexts), so a perfect batch gives at most 32 × {r1['paged_ms']:.0f} / {r32['paged_ms']:.0f} = "
