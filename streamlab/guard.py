@@ -37,7 +37,7 @@ def guarded_h11(header_timeout_s: float, max_head_bytes: int = 16 * 1024) -> typ
 
     class HeaderTimeoutH11Protocol(H11Protocol):
         _head_timer: asyncio.TimerHandle | None = None
-        _head_bytes = 0
+        _head = b""  # the bytes of the head being awaited, up to the limit (a body may follow in the same read)
 
         def connection_made(self, transport) -> None:  # type: ignore[override]
             super().connection_made(transport)
@@ -48,8 +48,9 @@ def guarded_h11(header_timeout_s: float, max_head_bytes: int = 16 * 1024) -> typ
             if self._head_timer is None and waiting_for_head:
                 self._arm()  # a keep-alive connection's next head starts arriving now
             if waiting_for_head:
-                self._head_bytes += len(data)
-                if self._head_bytes > max_head_bytes:
+                self._head += data[: max_head_bytes + 4 - len(self._head)]
+                ended = b"\n\r\n" in self._head or b"\n\n" in self._head  # what follows is body, not head
+                if not ended and len(self._head) > max_head_bytes:
                     self._disarm()
                     self.transport.write(TOO_LARGE_RESPONSE)
                     self.transport.close()
@@ -68,7 +69,7 @@ def guarded_h11(header_timeout_s: float, max_head_bytes: int = 16 * 1024) -> typ
 
         def _arm(self) -> None:
             self._disarm()
-            self._head_bytes = 0
+            self._head = b""
             self._head_timer = self.loop.call_later(header_timeout_s, self._head_timed_out)
 
         def _disarm(self) -> None:

@@ -166,6 +166,17 @@ def test_oversized_heads_get_431_and_the_connection_closed(server, headers):
     assert_healthy_and_clean(server)
 
 
+def test_a_large_body_in_the_same_write_as_its_head_is_not_a_large_head(server):
+    """The head limit counts the head only: a 70 KB body sent with it gets the body's own 413."""
+    sock = connect(server)
+    body = json.dumps({"prompt": "x" * 70_000}).encode()
+    sock.sendall(b"POST /v1/stream HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+                 b"content-length: " + str(len(body)).encode() + b"\r\nconnection: close\r\n\r\n" + body)
+    reply = read_all(sock)
+    assert reply.startswith(b"HTTP/1.1 413") and b"body_too_large" in reply
+    assert_healthy_and_clean(server)
+
+
 def test_too_many_header_fields_within_the_size_limit_get_431(server):
     for count, status in ((90, b"200"), (500, b"431")):
         sock = connect(server)
