@@ -5,7 +5,7 @@ run in simulation and live. Goodput: requests that met the group's SLO, per seco
 from __future__ import annotations
 
 from harness import runner
-from harness.report import goodput, metric_values, percentile
+from harness.report import goodput, metric_values, outcomes, percentile
 from harness.scenario import load_by_name
 
 RULES = ("waiting_limit", "deadline")
@@ -21,10 +21,7 @@ def figures(mode: str) -> dict[str, dict]:
         streams = outcome.trace.group("clients")
         admitted = [s for s in streams if s.status == 200]
         ttft = metric_values(admitted, "ttft_s")
-        counts: dict[str, int] = {}
-        for s in streams:
-            counts[s.outcome] = counts.get(s.outcome, 0) + 1
-        out[rule] = {**goodput(streams, scenario.groups[0].slo), "outcomes": counts, "failed_checks": failed,
+        out[rule] = {**goodput(streams, scenario.groups[0].slo), "outcomes": outcomes(streams), "failed_checks": failed,
                      "ttft_p50_admitted_s": percentile(ttft, 50), "ttft_p99_admitted_s": percentile(ttft, 99)}
     return out
 

@@ -376,18 +376,11 @@ def write_page() -> Path:
     m = next((v["machine"] for v in d.values() if v and "machine" in v), {})
     if d["overlap"]:
         plots.overlap(d["overlap"], d["peer"], d["bound"])
-    if d["step"]:
-        plots.step_cost(d["step"])
-    if d["slow_readers"]:
-        plots.slow_readers(d["slow_readers"])
-    if d["harness"]:
-        plots.harness_lag(d["harness"])
-    if d["prefill"]:
-        plots.prefill(d["prefill"])
-    if d["overload"]:
-        plots.overload(d["overload"])
-    if d["soak"]:
-        plots.soak(d["soak"])
+    for section, plot in (("step", plots.step_cost), ("slow_readers", plots.slow_readers),
+                          ("harness", plots.harness_lag), ("prefill", plots.prefill), ("overload", plots.overload),
+                          ("soak", plots.soak)):
+        if d[section]:
+            plot(d[section])
     table, _ = headline(d)
     minutes = sum((d["timings"] or {}).values()) / 60
     parts = [

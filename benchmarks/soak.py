@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+from collections import Counter
 import time
 
 from harness.live import ServerProcess
@@ -21,7 +22,7 @@ KINDS = (("reader", 0.45), ("dropper", 0.2), ("slow", 0.1), ("bad", 0.1), ("reco
 DEADLINE_S = 30.0  # one client's longest wait for anything (every loop here is bounded)
 
 
-async def one_client(port: int, kind: str, rng: random.Random, tally: dict) -> None:
+async def one_client(port: int, kind: str, rng: random.Random, tally: Counter) -> None:
     body = {"prompt": f"Return the value {rng.randrange(1000)}", "max_new_tokens": rng.randint(4, 24),
             "ignore_eos": True}
     if kind == "bad":
@@ -30,13 +31,13 @@ async def one_client(port: int, kind: str, rng: random.Random, tally: dict) -> N
         head = await ex.read_head(DEADLINE_S)
         await ex.read_body(DEADLINE_S)
         ex.close_fin()
-        tally[f"bad_{head.status}"] = tally.get(f"bad_{head.status}", 0) + 1
+        tally[f"bad_{head.status}"] += 1
         return
     ex = await RawExchange.open("127.0.0.1", port, "POST", "/v1/stream", body)
     head = await ex.read_head(DEADLINE_S)
     if head.status != 200:
         ex.close_fin()
-        tally[f"refused_{head.status}"] = tally.get(f"refused_{head.status}", 0) + 1
+        tally[f"refused_{head.status}"] += 1
         return
     last_id = None
     leave_after = rng.randint(0, body["max_new_tokens"])
@@ -52,11 +53,11 @@ async def one_client(port: int, kind: str, rng: random.Random, tally: dict) -> N
             break
     if ex.ended:
         ex.close_fin()
-        tally[kind] = tally.get(kind, 0) + 1
+        tally[kind] += 1
         return
     ex.close("rst" if kind == "dropper" and rng.random() < 0.5 else "fin")
     if kind == "dropper":
-        tally["dropper"] = tally.get("dropper", 0) + 1
+        tally["dropper"] += 1
         return
     again = await RawExchange.open("127.0.0.1", port, "POST", "/v1/stream", b"", {"last-event-id": last_id or ""})
     head = await again.read_head(DEADLINE_S)
@@ -65,14 +66,14 @@ async def one_client(port: int, kind: str, rng: random.Random, tally: dict) -> N
     again.close_fin()
     # 410: it left after the server had written the last event (the stream counts as read).
     key = "reconnector" if head.status == 200 else f"resume_{head.status}"
-    tally[key] = tally.get(key, 0) + 1
+    tally[key] += 1
 
 
 async def soak(streams: int, history: int, concurrency: int = 32, sample_s: float = 1.0, say=print,
                seed: int = 0) -> dict:
     rng = random.Random(seed)
     kinds = rng.choices([k for k, _ in KINDS], [w for _, w in KINDS], k=streams)
-    tally: dict[str, int] = {}
+    tally: Counter[str] = Counter()
     samples: list[dict] = []
     args = ["--model", "tiny", "--log-level", "warning", "--max-batch", "32", "--waiting-limit", "256",
             "--resume-window", "5", "--history", str(history)]
@@ -96,7 +97,7 @@ async def soak(streams: int, history: int, concurrency: int = 32, sample_s: floa
                     await asyncio.wait_for(one_client(server.port, kinds[i], random.Random(seed * 100_003 + i), tally),
                                            DEADLINE_S * 3)
                 except (OSError, asyncio.TimeoutError, ConnectionError) as exc:
-                    tally[f"client_error_{type(exc).__name__}"] = tally.get(f"client_error_{type(exc).__name__}", 0) + 1
+                    tally[f"client_error_{type(exc).__name__}"] += 1
                 done += 1
                 if done % max(1, streams // 10) == 0:
                     say(f"soak: {done}/{streams} streams, {time.monotonic() - t0:.0f} s")
@@ -108,7 +109,7 @@ async def soak(streams: int, history: int, concurrency: int = 32, sample_s: floa
         sampling.cancel()
         releases = await server.get_json("/debug/releases")
     return {"streams": streams, "history": history, "concurrency": concurrency, "duration_s": time.monotonic() - t0,
-            "tally": tally, "samples": samples, "stats": stats,
+            "tally": dict(tally), "samples": samples, "stats": stats,
             "ledger_problems_when_idle": releases["ledger_problems_when_idle"]}
 
 

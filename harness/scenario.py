@@ -413,7 +413,9 @@ class Scenario(Strict):
         if engine_error is not None:
             if not self.server.lab:
                 raise FieldProblem(("faults", "engine_error"), "engine faults need server: {lab: true}")
-            if self.server.fault_step or self.server.fault_rate:
+            wanted = (engine_error.at_step, engine_error.rate, engine_error.seed)
+            given = (self.server.fault_step, self.server.fault_rate, self.server.fault_seed)
+            if given not in ((0, 0.0, 0), wanted):  # equal: a scenario dumped after this copy validates again
                 raise FieldProblem(("server", "fault_step"), "give faults in `faults:` or in `server:`, not both")
             self.server = self.server.model_copy(update={"fault_step": engine_error.at_step,
                                                          "fault_rate": engine_error.rate,

@@ -16,7 +16,7 @@ from __future__ import annotations
 import hmac
 import json
 
-from streamlab.openai_api import error_object, is_openai_path
+from streamlab.openai_api import error_payload
 
 OPERATOR_PREFIXES = ("/debug/", "/metrics")
 ADMIN_ALSO = ("/stats", "/healthz")
@@ -68,11 +68,7 @@ async def _refuse(scope, send, status: int, error_type: str, message: str,
     hub = (scope.get("state") or {}).get("hub")
     if hub is not None:
         hub.counters["requests_refused"] += 1
-    if is_openai_path(scope["path"]):
-        payload = error_object(error_type, message, status)
-    else:
-        payload = {"type": "error", "error": {"type": error_type, "message": message}}
-    body = json.dumps(payload).encode()
+    body = json.dumps(error_payload(scope["path"], error_type, message, status)).encode()
     await send({"type": "http.response.start", "status": status,
                 "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
                             *(headers or [])]})

@@ -33,12 +33,12 @@ from streamlab.access import AccessGuard
 from streamlab.config import CacheConfig, EngineConfig, ServiceConfig
 from streamlab.engine.engine import BatchEngine, FaultPlan
 from streamlab.errors import (BodyTimeout, BodyTooLarge, InvalidJSON, InvalidRequest, ModelNotFound, NotAllowed, Overloaded,
-                              RequestError, RequestTooLarge, UnsupportedMediaType, http_status)
+                              RequestError, RequestTooLarge, UnsupportedMediaType, envelope, http_status)
 from streamlab.hub import Hub, StreamEvent
 from streamlab.metrics import Metrics
 from streamlab.models import LoadedModel, load_model
 from streamlab.openai_api import (ChatCompletionRequest, ChunkWriter, CompletionRequest, chat_prompt, error_object,
-                                  full_response, is_openai_path, models_list)
+                                  error_payload, full_response, models_list)
 from streamlab.responses import HubStreamingResponse, WriteOnlyStreamingResponse, openai_body, sse_body
 from streamlab.sampling import SamplingParams
 from streamlab.sse import encode_event
@@ -70,8 +70,7 @@ Body = TypeVar("Body", bound=BaseModel)
 
 
 def error_response(error_type: str, message: str, status: int, headers: dict | None = None) -> JSONResponse:
-    return JSONResponse({"type": "error", "error": {"type": error_type, "message": message}}, status_code=status,
-                        headers=headers)
+    return JSONResponse(envelope(error_type, message), status_code=status, headers=headers)
 
 
 def _validation_problem(exc: ValidationError) -> tuple[str, str | None]:
@@ -362,9 +361,8 @@ def create_app(config: ServiceConfig = ServiceConfig(), loaded: LoadedModel | No
     def refuse(request: Request, error_type: str, message: str, status: int, headers: dict | None = None,
                param: str | None = None) -> Response:
         """Our error envelope, or OpenAI's error object on the OpenAI routes; the same status either way."""
-        if is_openai_path(request.url.path):
-            return JSONResponse(error_object(error_type, message, status, param), status_code=status, headers=headers)
-        return error_response(error_type, message, status, headers)
+        return JSONResponse(error_payload(request.url.path, error_type, message, status, param), status_code=status,
+                            headers=headers)
 
     async def on_request_error(request: Request, exc: RequestError) -> Response:
         request.state.hub.counters["requests_refused"] += 1

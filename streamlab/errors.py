@@ -142,6 +142,11 @@ HTTP_STATUS: dict[type[StreamlabError], int] = {
 }
 
 
+def envelope(error_type: str, message: str) -> dict:
+    """Our error envelope: the body of every refusal outside the OpenAI routes."""
+    return {"type": "error", "error": {"type": error_type, "message": message}}
+
+
 def http_status(exc: StreamlabError) -> int:
     """The status for an error: the first entry in the table that the error's class inherits from."""
     for cls in type(exc).__mro__:

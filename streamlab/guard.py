@@ -20,8 +20,10 @@ import json
 
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from streamlab.errors import envelope
+
 def _closing_response(status: bytes, error_type: str, message: str) -> bytes:
-    body = json.dumps({"type": "error", "error": {"type": error_type, "message": message}}).encode()
+    body = json.dumps(envelope(error_type, message)).encode()
     return (b"HTTP/1.1 " + status + b"\r\ncontent-type: application/json\r\ncontent-length: "
             + str(len(body)).encode() + b"\r\nconnection: close\r\n\r\n" + body)
 

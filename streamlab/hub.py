@@ -157,10 +157,9 @@ class Hub:
         self.failure: BaseException | None = None
         self.failure_traceback: str | None = None
         self.counters = {"requests_accepted": 0, "requests_refused": 0, "late_events_dropped": 0,
-                         "streams_closed": 0}
+                         "streams_closed": 0, "deadline_refused": 0}
         self.cancellations: dict[str, int] = {"client_gone": 0, "slow_client": 0, "shutting_down": 0,
                                               "internal_error": 0, "resume_expired": 0, "deadline_expired": 0}
-        self.counters["deadline_refused"] = 0
 
     # ---- life cycle (owned by the app's lifespan) ----
 

@@ -17,7 +17,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from streamlab.errors import RequestError, http_status
+from streamlab.errors import RequestError, envelope, http_status
 from streamlab.sampling import SamplingParams
 
 OPENAI_PATHS = ("/v1/completions", "/v1/chat/completions", "/v1/models")
@@ -41,6 +41,11 @@ def error_object(code: str, message: str, status: int, param: str | None = None)
 
 def is_openai_path(path: str) -> bool:
     return path in OPENAI_PATHS
+
+
+def error_payload(path: str, error_type: str, message: str, status: int, param: str | None = None) -> dict:
+    """A refusal's body on `path`: OpenAI's error object on the OpenAI routes, our envelope elsewhere."""
+    return error_object(error_type, message, status, param) if is_openai_path(path) else envelope(error_type, message)
 
 
 class StreamOptions(BaseModel):

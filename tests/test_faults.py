@@ -84,3 +84,17 @@ def test_a_broken_engine_refuses_new_work_with_503_and_drains(tiny):
 def test_faults_need_the_lab():
     with pytest.raises(ValueError, match="engine faults need --lab"):
         ServiceConfig(fault_step=3)
+
+
+def test_a_scenario_with_faults_validates_again_after_a_dump():
+    """`faults:` is copied into the server's options; the dumped scenario (a trace's config) must
+    validate again, while a conflicting server value is still refused."""
+    from harness.scenario import Scenario, load_by_name
+
+    scenario = load_by_name("engine_fault_step")
+    again = Scenario.model_validate(scenario.model_dump(mode="json"))
+    assert again.server.fault_step == scenario.server.fault_step == 20
+    data = scenario.model_dump(mode="json")
+    data["server"]["fault_step"] = 5
+    with pytest.raises(ValueError, match="not both"):
+        Scenario.model_validate(data)

@@ -11,6 +11,7 @@ tensors are in use, and release happens at step boundaries in one place (Schedul
 from __future__ import annotations
 
 import itertools
+import random
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -72,8 +73,7 @@ class FaultPlan:
     rate: float = 0.0
     seed: int = 0
 
-    def rng(self):
-        import random
+    def rng(self) -> random.Random:
         return random.Random(self.seed)
 
 
