@@ -172,7 +172,6 @@ def create_app(config: ServiceConfig = ServiceConfig(), loaded: LoadedModel | No
     @asynccontextmanager
     async def lifespan(app: Starlette):
         model = loaded or load_model(config.model)
-        warm_up(model, config.engine)
         async with anyio.create_task_group():  # anyio imports its asyncio backend on first use (~15 ms
             pass  # here): at start-up, not in the first client's time to first token
         fault = FaultPlan(config.fault_step, config.fault_rate, config.fault_seed) \
@@ -181,7 +180,7 @@ def create_app(config: ServiceConfig = ServiceConfig(), loaded: LoadedModel | No
                   config.waiting_limit, **({"clock": clock} if clock else {}), first_token=config.first_token,
                   resume=config.resume, admission=config.admission)
         metrics = Metrics(hub)
-        hub.start(threaded=threaded)
+        hub.start(threaded=threaded, warm_up=lambda: warm_up(model, config.engine))
         app.state.hub = hub  # for the server's signal handler (graceful shutdown)
         try:
             yield {"hub": hub, "model": model, "metrics": metrics, "lab_results": {}}
@@ -330,8 +329,7 @@ def create_app(config: ServiceConfig = ServiceConfig(), loaded: LoadedModel | No
     async def steps(request: Request) -> Response:
         """The step thread's recent steps: when each began, how long it took, what it did."""
         hub: Hub = request.state.hub
-        return JSONResponse({"steps": [{"began": b, "seconds": d, "prefilled": p, "decoded": n}
-                                       for b, d, p, n in list(hub.step_log)]})
+        return JSONResponse({"steps": [r._asdict() for r in list(hub.step_log)]})
 
     async def config_route(request: Request) -> Response:
         """The configuration this server parsed (the harness checks it equals the simulation's)."""
@@ -414,11 +412,18 @@ def process_usage() -> dict[str, int]:
 
 
 def warm_up(loaded: LoadedModel, like: EngineConfig = EngineConfig()) -> None:
-    """One short generation before serving, so the first client does not pay for lazy kernel set-up
-    (nor for the cast, under another dtype)."""
-    engine = BatchEngine(loaded.model, dataclasses.replace(like, max_batch=1, cache=CacheConfig(num_blocks=4)))
-    engine.submit("warm-up", [loaded.model.eos_token_id or 0] * 8, SamplingParams(max_new_tokens=4, ignore_eos=True))
-    for _ in range(8):
+    """A few short generations before serving, so the first clients do not pay for lazy set-up:
+    kernels, the cast under another dtype, and the allocator's first touch of activations the
+    size of a full step (a fresh server's first 55-token prefill took 2-3x its later cost)."""
+    budget = like.step_token_budget or like.prefill_pass_tokens
+    lengths = [max(1, budget // 2), max(1, budget // 2 - 8), 8]
+    blocks = sum(like.cache.blocks_for(n + 4) for n in lengths)
+    engine = BatchEngine(loaded.model, dataclasses.replace(like, max_batch=len(lengths),
+                                                           cache=CacheConfig(num_blocks=blocks)))
+    token = loaded.model.eos_token_id or 0
+    for i, n in enumerate(lengths):
+        engine.submit(f"warm-up-{i}", [token] * n, SamplingParams(max_new_tokens=4, ignore_eos=True))
+    for _ in range(32):
         if not engine.has_work():
             break
         engine.step()

@@ -25,7 +25,7 @@ from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from streamlab.detokenizer import TextStream, token_byte_table
 from streamlab.engine.engine import BatchEngine, StepOutput
@@ -73,6 +73,19 @@ class WallStepClock:
 
     def post(self, at: float, fn: Callable, *args) -> None:
         self.loop.call_soon_threadsafe(fn, *args)
+
+
+WARM_UP_DEADLINE_S = 120.0  # start() waits this long for the step thread's warm-up
+
+
+class StepRecord(NamedTuple):
+    """One step in the step log (/debug/steps): what it did and how long it took."""
+    began: float
+    seconds: float
+    prefilled: int  # prompts whose prefill ended in this step
+    decoded: int
+    prompt_tokens: int  # prompt tokens run (whole prompts, or chunks)
+    events: int  # token and finish events it handed over
 
 
 @dataclass
@@ -149,7 +162,7 @@ class Hub:
         # Each closed stream: (request id, close reason, most events it ever had queued).
         self.closed_streams: deque[tuple[str, str, int]] = deque(maxlen=history)
         # The step thread's own record: (began, seconds, prefilled, decoded), for /debug/steps.
-        self.step_log: deque[tuple[float, float, int, int]] = deque(maxlen=history)
+        self.step_log: deque[StepRecord] = deque(maxlen=history)
         self.on_release_delay: Callable[[float], None] | None = None  # metrics hook
         self.on_wish: Callable[[], None] | None = None  # an external driver's wake-up (the simulation)
         self._prefilled_early = 0  # prefills handed over early in the step running now
@@ -163,12 +176,19 @@ class Hub:
 
     # ---- life cycle (owned by the app's lifespan) ----
 
-    def start(self, threaded: bool = True) -> None:
-        """threaded=False: no step thread; a driver (the simulation) runs step_loop() itself."""
+    def start(self, threaded: bool = True, warm_up: Callable[[], None] | None = None) -> None:
+        """threaded=False: no step thread; a driver (the simulation) runs step_loop() itself.
+        warm_up runs first, on the thread that will run the steps, and start() returns after it:
+        torch's per-thread set-up (its OpenMP team, say) is paid there, not by the first client."""
         self._loop = asyncio.get_running_loop()
         if threaded:
-            self._thread = threading.Thread(target=self._run, name="streamlab-step-loop", daemon=True)
+            warmed = threading.Event()
+            self._thread = threading.Thread(target=self._run, args=(warm_up, warmed), name="streamlab-step-loop",
+                                            daemon=True)
             self._thread.start()
+            warmed.wait(WARM_UP_DEADLINE_S)
+        elif warm_up is not None:
+            warm_up()
         if self.cfg.policy in (Policy.DROP, Policy.PAUSE_THEN_DROP):
             self._ticker = self._loop.create_task(self._stall_ticker())
 
@@ -472,20 +492,23 @@ class Hub:
         """One engine step: first tokens handed over per prefill pass, releases noted, the step
         logged, and its events posted to the event loop at the time the clock says it ended."""
         began = clock.begin()
-        prefilled_early = prefill_tokens_early = 0
+        prefilled_early = prefill_tokens_early = events_early = 0
 
         def hand_over(part: StepOutput) -> None:  # mid-step: a prefill pass's first tokens go out now
-            nonlocal prefilled_early, prefill_tokens_early
+            nonlocal prefilled_early, prefill_tokens_early, events_early
             at = clock.done(part)
             self._record_releases(part, at)
             prefilled_early += part.prefilled
             prefill_tokens_early += part.prefill_tokens
+            events_early += len(part.tokens) + len(part.finished)
             clock.post(at, self._deliver, part, at)
 
         out = self.engine.step(hand_over if self.early_first_token else None)
         end = clock.end(out)
         self._record_releases(out, end)
-        self.step_log.append((began, end - began, out.prefilled + prefilled_early, out.decoded))
+        self.step_log.append(StepRecord(began, end - began, out.prefilled + prefilled_early, out.decoded,
+                                        out.prefill_tokens + prefill_tokens_early,
+                                        len(out.tokens) + len(out.finished) + events_early))
         self.step_costs.observe(out.decoded + out.prefill_tokens + prefill_tokens_early, end - began)
         if not self.waits_for_readers:
             clock.post(end, self._deliver, out, end)
@@ -499,10 +522,16 @@ class Hub:
         if self._loop is not None and not self._loop.is_closed():
             self._loop.call_soon_threadsafe(self.end_all, "internal_error")
 
-    def _run(self) -> None:
+    def _run(self, warm_up: Callable[[], None] | None = None, warmed: threading.Event | None = None) -> None:
         """The step thread: the step loop on the wall clock."""
         assert self._loop is not None
         try:
+            try:
+                if warm_up is not None:
+                    warm_up()
+            finally:
+                if warmed is not None:
+                    warmed.set()
             for wait, out, end in self.step_loop(WallStepClock(self.clock, self._loop)):
                 if wait is Wait.IDLE:
                     self._work.wait(IDLE_POLL_S)
