@@ -3,10 +3,11 @@
 1. The engine terms, in-process (harness.profile.calibrate_engine).
 2. The serving terms, from live runs of the calibration scenarios in scenarios/calibration/
    (`streamlab serve` on real sockets; its /debug/steps and the clients' traces):
-   - per_step_s, per_event_s: a least-squares line through (live period of a decode step -
-     the engine's cost for it) against the events it made. The event loop delivers a step's
-     events while the next step runs, and the two share one GIL, so serving shows up as a
-     longer period, not as a gap;
+   - serving_s: for each batch size the calibration scenarios run at (1, 4, 8, 16, 32), the
+     median of (live period of a decode step - the engine's in-process cost for it). The
+     event loop delivers a step's events while the next step runs, and the two share one
+     GIL, so serving shows up as a longer period, not as a gap. A table, not a line: the
+     periods are not linear in events (one event costs about nothing, eight ~1 ms);
    - per_request_s: the median spacing of response heads in a burst (one core handles them
      one after another);
    - request_latency_s: a lone request's live TTFT minus its simulated TTFT without that term.
@@ -14,7 +15,9 @@
    ratios are stored with it, as the fit's residuals.
 There is no separate term for the client's share of the cores: the clients read on the other
 core while the server works, and what they cost the server cannot be told apart from
-per_event_s (both grow with events per step), so it is part of it.
+serving_s (both grow with events per step), so it is part of it. Nor one per connection:
+every calibration request has its own connection, so that cost is part of per_request_s.
+The transport terms (where writes block, what one read takes) come from `lab buffers`.
 """
 
 from __future__ import annotations
@@ -23,13 +26,23 @@ import dataclasses
 import json
 import statistics
 
-from harness.profile import PROFILES, StepCostProfile, _fit, calibrate_engine
+from harness.profile import PROFILES, StepCostProfile, calibrate_engine
 from harness.report import Trace, metric_values, percentile
 from harness.scenario import SCENARIOS_DIR, load
 
 CALIBRATION_DIR = SCENARIOS_DIR / "calibration"
-REPEATS = 2  # live runs per calibration scenario
+REPEATS = 3  # rounds of live runs (each calibration scenario once per round); the spread over rounds is kept
 MAX_PERIOD_S = 0.05  # a longer period between two busy steps is the machine's noise, not serving cost
+
+
+def buffer_terms(measured: dict) -> dict:
+    """The profile's transport terms from `harness.lab.measure_buffers`: where the server's writes
+    block, and what one read of a full receive buffer takes."""
+    if not measured.get("median_accepted_bytes"):
+        return {}
+    return {"send_buffer_bytes": int(measured["median_accepted_bytes"]),
+            "server_side_buffer_bytes": int(measured["server_side_bytes"] or 0),
+            "read_window_bytes": measured["read_window_bytes"]}
 
 
 def calibration_scenarios(model: str) -> list:
@@ -44,26 +57,30 @@ def _decode_steps(trace: Trace) -> list[tuple[dict, float]]:
     """Decode-only steps followed by another busy step: (step, its period to the next one's start)."""
     out = []
     for a, b in zip(trace.steps, trace.steps[1:]):
-        if a["decoded"] and not a["prefilled"] and (b["decoded"] or b["prefilled"]):
+        if a["decoded"] and not a["prefilled"] and not a["prompt_tokens"] and (b["decoded"] or b["prefilled"]):
             period = b["began"] - a["began"]
             if period <= MAX_PERIOD_S:
                 out.append((a, period))
     return out
 
 
-def fit_serving(profile: StepCostProfile, traces: list[Trace]) -> tuple[float, float, int]:
-    """(per_step_s, per_event_s, samples): live period minus engine cost, against events per step."""
+MIN_STEPS_PER_SIZE = 20  # fewer decode steps of one batch size (the tail of a run) are not a measurement
+
+
+def fit_serving(profile: StepCostProfile, traces: list[Trace]) -> tuple[list, int]:
+    """([[events, seconds], ...], samples): per batch size, the median live period of a decode
+    step minus the engine's cost for it."""
     from streamlab.engine.engine import StepOutput
 
-    xs, ys = [], []
+    extra: dict[int, list[float]] = {}
     for trace in traces:
         for step, period in _decode_steps(trace):
-            xs.append(float(step["decoded"]))
-            ys.append(period - profile.engine_cost(StepOutput(0, [], [], 0, step["decoded"])))
-    if len(set(xs)) < 2:
-        raise RuntimeError("calibration runs gave decode steps of one size only: cannot fit a per-event cost")
-    per_step, per_event = _fit(xs, ys)
-    return per_step, per_event, len(xs)
+            b = step["decoded"]
+            extra.setdefault(b, []).append(period - profile.engine_cost(StepOutput(0, [], [], 0, b)))
+    table = [[b, round(statistics.median(v), 7)] for b, v in sorted(extra.items()) if len(v) >= MIN_STEPS_PER_SIZE]
+    if len(table) < 2:
+        raise RuntimeError("calibration runs gave decode steps of one size only: cannot fit how serving grows")
+    return [[0, 0.0]] + table, sum(len(v) for v in extra.values())
 
 
 def fit_per_request(traces: list[Trace]) -> tuple[float, int]:
@@ -99,44 +116,76 @@ def residuals(live: dict[str, list[Trace]], sim: dict[str, Trace]) -> dict:
     return out
 
 
-def calibrate(model: str, engine_only: bool = False, console=None, repeats: int = REPEATS) -> StepCostProfile:
+def fit_terms(profile: StepCostProfile, live: dict[str, list[Trace]], solo) -> tuple[StepCostProfile, dict]:
+    """The serving terms from one set of live runs: (profile with them, sample counts)."""
+    from harness.runner import run_trace
+    from harness.simulation import SimBackend
+
+    serving, n_steps = fit_serving(profile, [t for ts in live.values() for t in ts])
+    per_request, n_heads = fit_per_request([t for name, ts in live.items() if name != solo.name for t in ts])
+    profile = dataclasses.replace(profile, serving_s=serving, per_request_s=per_request, request_latency_s=0.0)
+    diffs = ttft_differences(live[solo.name], run_trace(solo, SimBackend(profile))[0])
+    profile = dataclasses.replace(profile, request_latency_s=max(0.0, statistics.median(diffs)))
+    return profile, {"decode_steps": n_steps, "burst_heads": n_heads, "lone_requests": len(diffs)}
+
+
+def _ms_table(points: list) -> str:
+    return ", ".join(f"{n}: {v * 1e3:.2f}" for n, v in points)
+
+
+SERVING_TERMS = ("serving_s", "per_request_s", "request_latency_s")
+
+
+def calibrate(model: str, engine_only: bool = False, say=print, repeats: int = REPEATS,
+              measure_transport: bool = True) -> StepCostProfile:
+    """The whole profile: engine terms in-process, transport terms (`lab buffers`), then the
+    serving terms fitted on `repeats` rounds of live calibration runs together; each term is
+    also fitted on each round alone, and that spread is stored with it."""
+    import asyncio
+
+    from harness.lab import measure_buffers
     from harness.runner import run_live, run_trace
     from harness.simulation import SimBackend
 
-    say = console.print if console is not None else print
     engine = calibrate_engine(model)
     path = PROFILES / f"{model}.json"
     old = json.loads(path.read_text()) if path.exists() else {}  # an older profile's terms may differ
-    keep = {"send_buffer_bytes", "server_side_buffer_bytes"} | (
-        {"per_step_s", "per_event_s", "per_request_s", "request_latency_s", "calibration"} if engine_only else set())
+    keep = {"send_buffer_bytes", "server_side_buffer_bytes", "read_window_bytes"} | (
+        {*SERVING_TERMS, "calibration"} if engine_only else set())
     profile = dataclasses.replace(engine, **{k: old[k] for k in keep if k in old})
     say(f"engine terms (in-process): decode {engine.decode_s}, "
         f"per prefill {engine.prefill_fixed_s * 1e3:.3f} ms, per prompt token {engine.prefill_per_token_s * 1e6:.2f} us")
     if engine_only:
         return profile
+    if measure_transport:
+        profile = dataclasses.replace(profile, **buffer_terms(asyncio.run(measure_buffers(model, repetitions=1))))
+        say(f"transport terms (live): writes block at {profile.send_buffer_bytes} unread bytes, "
+            f"one read of a full receive buffer {profile.read_window_bytes}")
     scenarios = calibration_scenarios(model)
-    live: dict[str, list[Trace]] = {}
-    for scenario in scenarios:
-        for i in range(repeats):
-            trace, _ = run_live(scenario)
-            live.setdefault(scenario.name, []).append(trace)
-            say(f"live {scenario.name} run {i + 1}: {len(trace.steps)} steps, {trace.wall_s:.1f}s")
-    all_live = [t for ts in live.values() for t in ts]
-    per_step, per_event, n_steps = fit_serving(profile, all_live)
-    bursts = [t for name, ts in live.items() if name != "cal_solo" for t in ts]
-    per_request, n_heads = fit_per_request(bursts)
-    profile = dataclasses.replace(profile, per_step_s=per_step, per_event_s=per_event, per_request_s=per_request,
-                                  request_latency_s=0.0)
     solo = next(s for s in scenarios if s.name == "cal_solo")
-    diffs = ttft_differences(live["cal_solo"], run_trace(solo, SimBackend(profile))[0])
-    latency = max(0.0, statistics.median(diffs))
-    profile = dataclasses.replace(profile, request_latency_s=latency)
+    rounds: list[dict[str, list[Trace]]] = []
+    for i in range(repeats):
+        rounds.append({})
+        for scenario in scenarios:
+            trace, _ = run_live(scenario)
+            rounds[-1][scenario.name] = [trace]
+            say(f"round {i + 1} live {scenario.name}: {len(trace.steps)} steps, {trace.wall_s:.1f}s")
+    live = {s.name: [r[s.name][0] for r in rounds] for s in scenarios}
+    profile, counts = fit_terms(profile, live, solo)
+    by_round = [fit_terms(profile, r, solo)[0] for r in rounds] if repeats > 1 else []
+    spread = {term: [getattr(p, term) if term == "serving_s" else round(getattr(p, term), 7) for p in by_round]
+              for term in SERVING_TERMS}
     sims = {s.name: run_trace(s, SimBackend(profile))[0] for s in scenarios}
     fit = residuals(live, sims)
     profile = dataclasses.replace(profile, calibration={
-        "scenarios": [s.name for s in scenarios], "live_runs_each": repeats, "decode_steps": n_steps,
-        "burst_heads": n_heads, "lone_requests": len(diffs), "live_over_sim_p50": fit})
-    say(f"serving terms (live): per step {per_step * 1e6:.0f} us, per event {per_event * 1e6:.1f} us, "
-        f"per request {per_request * 1e3:.2f} ms, lone request latency {latency * 1e3:.2f} ms")
+        "scenarios": [s.name for s in scenarios], "rounds": repeats, **counts,
+        "terms_fitted_on_each_round": spread, "live_over_sim_p50": fit})
+    say(f"serving terms (live, {repeats} rounds together): a step's events -> ms beyond the engine "
+        f"{_ms_table(profile.serving_s)}, per request {profile.per_request_s * 1e3:.2f} ms, "
+        f"lone request latency {profile.request_latency_s * 1e3:.2f} ms")
+    for term, values in spread.items():
+        if values:
+            say(f"  {term} fitted on each round alone: " + "; ".join(
+                _ms_table(v) if term == "serving_s" else f"{v * 1e3:.2f} ms" for v in values))
     say(f"fit, live/sim p50 on the calibration runs: {fit}")
     return profile

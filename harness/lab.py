@@ -144,6 +144,48 @@ BUFFER_EVENT_BYTES = (133, 1024, 16384, 65536)
 
 
 SMALL_RCVBUF = 65536
+READ_WINDOW_RCVBUFS = (16384, 65536, 262144)  # not proportional: 24,576, 94,826 and 259,274... on one machine
+
+
+def measure_read_window(rcvbuf: int = SMALL_RCVBUF, reads: int = 20, pause_s: float = 0.05) -> int:
+    """Bytes one read returns from a receive buffer the sender keeps full, for a client with
+    SO_RCVBUF `rcvbuf` that pauses between reads (a sleeper): the median over `reads` reads.
+    A property of this kernel's TCP on loopback (the window it advertises for that buffer),
+    so a plain socket pair measures it. 94,826 bytes for 64 KiB on the machine it was written on."""
+    import socket
+    import threading
+
+    listener = socket.create_server(("127.0.0.1", 0))
+    stop = threading.Event()
+
+    def writer() -> None:
+        conn, _ = listener.accept()
+        chunk = b"x" * 65536
+        with conn:
+            while not stop.is_set():
+                try:
+                    conn.sendall(chunk)
+                except OSError:
+                    return
+
+    thread = threading.Thread(target=writer, daemon=True)
+    thread.start()
+    client = socket.socket()
+    client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)  # before connect, as the harness does
+    sizes = []
+    try:
+        client.connect(listener.getsockname())
+        time.sleep(pause_s * 4)  # the first fill
+        client.recv(1 << 22)  # the first read takes the window the handshake set, not the steady one
+        for _ in range(reads):
+            time.sleep(pause_s)
+            sizes.append(len(client.recv(1 << 22)))
+    finally:
+        stop.set()
+        client.close()
+        listener.close()
+        thread.join(5)
+    return int(statistics.median(sizes))
 
 
 async def measure_buffers(model: str, repetitions: int = 3) -> dict:
@@ -176,6 +218,7 @@ async def measure_buffers(model: str, repetitions: int = 3) -> dict:
     valid = [v for r in default if (v := r["accepted_bytes"]) is not None]
     small = [v for r in rows if r["client_rcvbuf"] == SMALL_RCVBUF and (v := r["accepted_bytes"]) is not None]
     return {"model": model, "rows": rows, "by_event_bytes": by_size,
+            "read_window_bytes": [[rcvbuf, measure_read_window(rcvbuf)] for rcvbuf in READ_WINDOW_RCVBUFS],
             "median_accepted_bytes": statistics.median(valid) if valid else None,
             "with_64k_rcvbuf": small,
             # SO_RCVBUF is doubled by the kernel; what is left was held on the server's side.

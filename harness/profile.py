@@ -1,10 +1,11 @@
 """The cost model the simulation advances time by, and the calibration that measures it.
 
-Engine terms (fitted on the engine alone, in-process): a step costs fixed + per_seq x
-(sequences decoded) + prefill_fixed x (prompts prefilled) + prefill_per_token x (prompt
+Engine terms (fitted on the engine alone, in-process): a step costs decode(batch), interpolated
+between measured batch sizes, + prefill_fixed x (prompts prefilled) + prefill_per_token x (prompt
 tokens). Serving terms (fitted from live runs of `streamlab serve` by `streamlab scenario
-calibrate`, see harness/calibrate.py): the server's one core also spends per_step, per_event
-and per_request seconds where those occur, and a lone request waits request_latency more.
+calibrate`, see harness/calibrate.py): a step that hands over n events takes serving(n) more,
+the server's one core spends per_request seconds on each request, and a lone request waits
+request_latency more.
 Each term's meaning is written into the profile file beside its value.
 """
 
@@ -28,11 +29,13 @@ TERMS = {
     "prefill_fixed_s": "engine alone: seconds per prompt prefilled",
     "prefill_per_token_s": "engine alone: seconds per prompt token prefilled",
     "idle_step_s": "a step that only applied wishes",
-    "per_step_s": "serving, live: seconds per decode step beyond the engine alone (hand-over, wake-ups); the "
-                  "intercept of (live step period - engine cost) against the events a step makes",
-    "per_event_s": "serving, live: seconds per event delivered (SSE encoding, the write, and the client reading "
-                   "it on the other core while the step waits for the GIL), charged to the step that made it; "
-                   "the slope of the same line",
+    "serving_s": "serving, live: [events a step hands over, seconds]: what a step takes in the live server beyond "
+                 "the engine alone (SSE encoding and writes, wake-ups, and the step thread waiting for the GIL "
+                 "while the event loop writes the last step's events): the median live period of decode steps "
+                 "of each calibrated batch size minus the engine's in-process cost for that step, interpolated "
+                 "between them. Not a line: one event a step costs about nothing (the loop writes it while the "
+                 "step runs in torch, without the GIL), eight cost ~1 ms. May be below zero where the "
+                 "in-process step measured slower than the server's",
     "per_request_s": "serving, live: the server's core time per request (HTTP, JSON, tokenizing, the head), "
                      "queued on one core so a burst is handled one request after another; the median spacing "
                      "of the response heads in a burst. Every scenario request has its own connection, so a "
@@ -42,6 +45,9 @@ TERMS = {
                          "request's live TTFT minus its simulated TTFT without this term",
     "send_buffer_bytes": "bytes a client with the default receive buffer absorbs before the server's writes block",
     "server_side_buffer_bytes": "the server's share of that (`streamlab lab buffers`)",
+    "read_window_bytes": "[SO_RCVBUF, bytes]: what one read returns from a receive buffer the sender keeps "
+                         "full, for a client that sets SO_RCVBUF and pauses between reads (`streamlab lab "
+                         "buffers`); interpolated between the sizes measured. Empty: a read takes all that arrived",
 }
 
 
@@ -52,12 +58,12 @@ class StepCostProfile:
     prefill_fixed_s: float
     prefill_per_token_s: float
     idle_step_s: float = 0.0001
-    per_step_s: float = 0.0
-    per_event_s: float = 0.0
+    serving_s: list = field(default_factory=list)  # [[events in a step, seconds beyond the engine], ...]
     per_request_s: float = 0.0
     request_latency_s: float = 0.0
     send_buffer_bytes: int = DEFAULT_SEND_BUFFER_BYTES  # to a client with the default receive buffer
     server_side_buffer_bytes: int = DEFAULT_SEND_BUFFER_BYTES // 2  # the server's share (`lab buffers`)
+    read_window_bytes: list = field(default_factory=list)  # [[SO_RCVBUF, bytes one read returns], ...]
     machine: str = ""
     calibration: dict = field(default_factory=dict)  # how the serving terms were measured, with residuals
 
@@ -67,6 +73,12 @@ class StepCostProfile:
             return self.send_buffer_bytes
         return self.server_side_buffer_bytes + 2 * client_rcvbuf  # the kernel doubles SO_RCVBUF
 
+    def read_window(self, client_rcvbuf: int | None) -> int | None:
+        """The most one read returns to a client with this SO_RCVBUF (None: no limit)."""
+        if client_rcvbuf is None or not self.read_window_bytes:
+            return None
+        return max(1, int(_interpolate(self.read_window_bytes, client_rcvbuf)))
+
     def engine_cost(self, out: StepOutput) -> float:
         """The engine alone, in-process: what a real step in the simulation should take."""
         cost = self.idle_step_s
@@ -75,15 +87,20 @@ class StepCostProfile:
         return cost + self.prefill_fixed_s * out.prefilled + self.prefill_per_token_s * out.prefill_tokens
 
     def decode_cost(self, batch: int) -> float:
-        points = self.decode_s
-        for (b0, s0), (b1, s1) in zip(points, points[1:]):
-            if batch <= b1 or (b1, s1) == tuple(points[-1]):
-                return max(0.0, s0 + (s1 - s0) * (batch - b0) / (b1 - b0))
-        return points[0][1]
+        return max(0.0, _interpolate(self.decode_s, batch))
+
+    def serving_cost(self, events: int) -> float:
+        """What handing over a step's events adds in the live server."""
+        return _interpolate(self.serving_s, events) if self.serving_s and events else 0.0
+
+    def served_decode(self, batch: int) -> float:
+        """A decode step of this batch in the live server (each stream's token handed over)."""
+        return self.served_cost(StepOutput(0, [None] * batch, [], 0, batch))
 
     def served_cost(self, out: StepOutput) -> float:
         """The same work in the live server: the engine, plus delivering its events."""
-        return self.engine_cost(out) + self.per_event_s * (len(out.tokens) + len(out.finished))
+        engine = self.engine_cost(out)
+        return max(self.idle_step_s, engine + self.serving_cost(len(out.tokens) + len(out.finished)))
 
 
     def save(self, path: Path | None = None) -> Path:
@@ -103,6 +120,14 @@ def load_profile(model: str) -> StepCostProfile:
     data = json.loads(path.read_text())
     known = {f.name for f in fields(StepCostProfile)}
     return StepCostProfile(**{k: v for k, v in data.items() if k in known})
+
+
+def _interpolate(points: list, x: float) -> float:
+    """Linear between measured [x, y] points (increasing x), extended past the last two."""
+    for (x0, y0), (x1, y1) in zip(points, points[1:]):
+        if x <= x1 or [x1, y1] == list(points[-1]):
+            return y0 + (y1 - y0) * (x - x0) / (x1 - x0)
+    return points[0][1]
 
 
 def _fit(xs: list[float], ys: list[float]) -> tuple[float, float]:

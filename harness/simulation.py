@@ -41,8 +41,10 @@ class Head:
 class SimPipe:
     """Server-to-client bytes: a bounded buffer, a link of some bandwidth, and a latency."""
 
-    def __init__(self, capacity: int, latency_s: float, rate_bytes_per_s: float | None) -> None:
+    def __init__(self, capacity: int, latency_s: float, rate_bytes_per_s: float | None,
+                 read_window: int | None = None) -> None:
         self.capacity = capacity
+        self.read_window = read_window  # the most one read takes: what the client's receive buffer holds
         self.latency_s = latency_s
         self.rate = rate_bytes_per_s
         self.chunks: deque[tuple[float, bytes]] = deque()  # (arrival time, bytes), in order
@@ -75,7 +77,8 @@ class SimPipe:
         asyncio.get_running_loop().call_at(self.eof_at, self.arrived.set)
 
     async def read(self, max_bytes: int) -> bytes:
-        """At least one byte that has arrived, up to max_bytes; b"" at end of stream."""
+        """At least one byte that has arrived, up to max_bytes and the read window; b"" at end of stream."""
+        max_bytes = min(max_bytes, self.read_window or max_bytes)
         while True:
             now = self._now()
             if self.chunks and self.chunks[0][0] <= now:
@@ -108,10 +111,13 @@ class SimConnection:
     """Both ends of one simulated HTTP exchange: the ASGI side for the app, the client side for a behaviour."""
 
     def __init__(self, capacity: int, latency_s: float, rate_bytes_per_s: float | None,
-                 core: ServerCore | None = None, per_request_s: float = 0.0, request_latency_s: float = 0.0) -> None:
-        self.pipe = SimPipe(capacity, latency_s, rate_bytes_per_s)
+                 core: ServerCore | None = None, per_request_s: float = 0.0, request_latency_s: float = 0.0,
+                 read_window: int | None = None, up_latency_s: float = 0.0,
+                 server_idle=lambda: True) -> None:
+        self.pipe = SimPipe(capacity, latency_s, rate_bytes_per_s, read_window)
         self.core, self.per_request_s, self.request_latency_s = core, per_request_s, request_latency_s
-        self.latency_s = latency_s
+        self.latency_s, self.up_latency_s = latency_s, up_latency_s
+        self.server_idle = server_idle
         self.gone = asyncio.Event()
         self.head: Head | None = None
         self.head_ready = asyncio.Event()
@@ -124,7 +130,9 @@ class SimConnection:
     # ---- the server's side (ASGI) ----
 
     async def serve(self, app, state: dict, method: str, path: str, body: bytes, headers: dict[str, str]) -> None:
-        await asyncio.sleep(self.latency_s + self.request_latency_s)  # the request's trip to the server
+        await asyncio.sleep(self.up_latency_s)  # the request's trip to the server (a downstream toxic does not delay it)
+        if self.server_idle():  # an idle server wakes up for it: its loop, the step thread (calibrated on lone requests)
+            await asyncio.sleep(self.request_latency_s)
         if self.core is not None and self.per_request_s:  # HTTP, JSON, tokenizing: on the server's one core
             loop = asyncio.get_running_loop()
             await asyncio.sleep(max(0.0, self.core.take(self.per_request_s) - loop.time()))
@@ -245,7 +253,7 @@ class SimStepClock:
 
     def end(self, out: StepOutput) -> float:
         wall = time.perf_counter() - self._wall0
-        at = self.done(out) + self.profile.per_step_s
+        at = self.done(out)
         self.core.busy_until = self._t = at
         if self._engine_s > self.profile.idle_step_s:
             self.drift.ratios.append(wall / self._engine_s)
@@ -276,15 +284,19 @@ async def drive(hub: Hub, clock: SimStepClock) -> None:
         hub.fail(exc)
 
 
-def sim_network(group: GroupSpec) -> tuple[float, float | None]:
-    """(latency s, bandwidth bytes/s) for the simulated link; other toxics are live-only."""
-    latency, rate = 0.0, None
+def sim_network(group: GroupSpec) -> tuple[float, float | None, float]:
+    """(downstream latency s, downstream bandwidth bytes/s, upstream latency s) for the simulated
+    link; other toxics are live-only."""
+    latency, rate, up = 0.0, None, 0.0
     for toxic in (group.network.toxics if group.network else []):
-        if isinstance(toxic, LatencyToxic) and toxic.stream == "downstream":
-            latency += toxic.latency_ms / 1e3
+        if isinstance(toxic, LatencyToxic):
+            if toxic.stream == "downstream":
+                latency += toxic.latency_ms / 1e3
+            else:
+                up += toxic.latency_ms / 1e3
         elif isinstance(toxic, BandwidthToxic) and toxic.stream == "downstream":
             rate = toxic.rate_kbps * 1024.0
-    return latency, rate
+    return latency, rate, up
 
 
 class SimServer:
@@ -300,13 +312,17 @@ class SimServer:
     def clock(self) -> float:
         return self.loop.time()
 
+    def _idle(self) -> bool:
+        return not self.hub.engine.has_work()
+
     def opener_for(self, pc: PlannedClient):
-        latency, rate = sim_network(pc.group)
+        latency, rate, up = sim_network(pc.group)
         rcvbuf = getattr(pc.group.behaviour, "recv_buffer_bytes", None)
 
         async def opener(path: str, body, headers):
             conn = SimConnection(self.profile.buffer_bytes(rcvbuf), latency, rate, self.step_clock.core,
-                                 self.profile.per_request_s, self.profile.request_latency_s)
+                                 self.profile.per_request_s, self.profile.request_latency_s,
+                                 self.profile.read_window(rcvbuf), up, self._idle)
             raw = body if isinstance(body, bytes) else json.dumps(body).encode()
             sent = dict(headers or {}) if isinstance(body, bytes) else {"content-type": "application/json",
                                                                          **(headers or {})}
@@ -331,7 +347,7 @@ class SimServer:
                   "profile_machine": self.profile.machine}
         return ServerBooks(hub.stats(), [dict(vars(r)) for r in hub.releases], hub.engine.check_invariants(),
                            hub.engine.check_released(),
-                           [{"began": b, "seconds": d, "prefilled": p, "decoded": n} for b, d, p, n in hub.step_log],
+                           [r._asdict() for r in hub.step_log],
                            hub.failure_traceback, step_timing=timing)
 
     async def references(self, planned, records) -> None:
@@ -342,15 +358,15 @@ class SimBackend:
     """The real app, hub and engine behind simulated connections, on a virtual clock."""
     mode = "sim"
 
-    def __init__(self, profile: StepCostProfile | None = None) -> None:
-        self.profile = profile  # None: the scenario model's profile in scenarios/profiles/
+    def __init__(self, *profiles: StepCostProfile) -> None:
+        self.profiles = {p.model: p for p in profiles}  # others: the model's profile in scenarios/profiles/
 
     def run(self, main):
         return run_virtual(main)
 
     @asynccontextmanager
     async def serving(self, scenario: Scenario):
-        profile = self.profile or load_profile(scenario.server.model)
+        profile = self.profiles.get(scenario.server.model) or load_profile(scenario.server.model)
         loop = asyncio.get_running_loop()
         app = create_app(scenario.server.service_config(), loaded_model(scenario.server.model), clock=loop.time,
                          threaded=False)

@@ -137,6 +137,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def run_lab(args: argparse.Namespace) -> int:
     import asyncio
+    import dataclasses
     import json
 
     from rich.console import Console
@@ -149,18 +150,16 @@ def run_lab(args: argparse.Namespace) -> int:
         result = asyncio.run(lab.measure_bytes(args.model))
         console.print(result)
     elif args.lab == "buffers":
+        from harness.calibrate import buffer_terms
+        from harness.profile import load_profile
         result = asyncio.run(lab.measure_buffers(args.model))
         console.print(result["by_event_bytes"])
-        if result["median_accepted_bytes"]:
-            # The simulation's transport blocks writes at this many unread bytes.
-            import dataclasses
-
-            from harness.profile import load_profile
-            profile = dataclasses.replace(load_profile(args.model),
-                                          send_buffer_bytes=int(result["median_accepted_bytes"]),
-                                          server_side_buffer_bytes=int(result["server_side_bytes"] or 0))
+        terms = buffer_terms(result)
+        if terms:  # the simulation's transport: where writes block, and what one read takes
+            profile = dataclasses.replace(load_profile(args.model), **terms)
             console.print(f"simulation buffer model: {profile.send_buffer_bytes} bytes to a default client, "
-                          f"{profile.server_side_buffer_bytes} on the server's side -> {profile.save()}")
+                          f"{profile.server_side_buffer_bytes} on the server's side, one read of a full "
+                          f"receive buffer {profile.read_window_bytes} -> {profile.save()}")
     else:
         result = asyncio.run(lab.measure_disconnect(args.model, args.repetitions))
         console.print(disconnect_table(result))

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import copy
 
 import pytest
 
 from harness import runner
 from harness.clock import SimulationDeadlock, run_virtual
 from harness.scenario import load_by_name
+from harness.profile import StepCostProfile
 from harness.simulation import SimPipe
 from streamlab.engine import engine as engine_module
 from streamlab.engine.scheduler import Scheduler
@@ -125,3 +127,50 @@ def test_a_stalling_step_loop_is_caught(monkeypatch):
     monkeypatch.setattr(Hub, "waits_for_readers", property(lambda self: True))
     outcome = run("slow_reader_pause_1")
     assert "latency" in failed(outcome)
+
+
+def test_a_read_takes_at_most_what_the_receive_window_holds():
+    # Live, a sleeper with SO_RCVBUF 64 KiB gets ~95 KB per read however much it asks for
+    # (`streamlab lab buffers`); the simulated pipe hands over no more than that either.
+    async def main():
+        pipe, gone = SimPipe(capacity=1 << 20, latency_s=0.0, rate_bytes_per_s=None, read_window=1000), asyncio.Event()
+        await pipe.write(b"a" * 2500, gone)
+        sizes = [len(await pipe.read(1 << 20)) for _ in range(3)]
+        assert sizes == [1000, 1000, 500]
+    run_virtual(main())
+
+
+def test_the_profile_interpolates_serving_cost_and_the_read_window():
+    profile = StepCostProfile("t", [[1, 0.001], [32, 0.002]], 0.0, 0.0, serving_s=[[0, 0.0], [8, 0.0008], [32, 0.0020]],
+                              read_window_bytes=[[16384, 24576], [65536, 94826]])
+    assert profile.serving_cost(0) == 0.0 and profile.serving_cost(4) == pytest.approx(0.0004)
+    assert profile.serving_cost(20) == pytest.approx(0.0014) and profile.serving_cost(64) == pytest.approx(0.0036)
+    assert profile.read_window(65536) == 94826 and profile.read_window(None) is None
+    assert StepCostProfile("t", [[1, 0.001], [2, 0.001]], 0.0, 0.0).read_window(65536) is None  # unmeasured: no limit
+
+
+def _slowed(trace, factor: float):
+    """The same trace with every stream's times stretched by `factor` from its send."""
+    out = copy.deepcopy(trace)
+    for s in out.streams:
+        s.token_times = [s.sent_at + factor * (t - s.sent_at) for t in s.token_times]
+        s.ended_at = s.sent_at + factor * (s.ended_at - s.sent_at)
+    return out
+
+
+def test_parity_judges_timing_and_a_second_run_is_averaged_not_preferred():
+    from harness.checks import parity, timing_only
+
+    scenario = load_by_name("overlap_4")
+    sim = runner.simulate(scenario)[0]
+    assert parity(scenario, _slowed(sim, 1.2), sim).passed
+    slow = parity(scenario, _slowed(sim, 1.6), sim)
+    assert not slow.passed and timing_only(slow)  # completion 1.6x is out of [0.7, 1.4]
+    # Judged on the geometric mean of two runs: 1.6x then 1.1x passes (1.33x), 1.6x twice does not.
+    assert parity(scenario, _slowed(sim, 1.6), sim, again=_slowed(sim, 1.1)).passed
+    assert not parity(scenario, _slowed(sim, 1.6), sim, again=_slowed(sim, 1.6)).passed
+    assert parity(scenario, _slowed(sim, 1.6), sim, judge_timing=False).passed  # pytest items: reported only
+    changed = _slowed(sim, 1.0)
+    changed.streams[0].token_ids[3] += 1
+    tokens = parity(scenario, changed, sim)
+    assert not tokens.passed and not timing_only(tokens)  # a token difference is never retried away
