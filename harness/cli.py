@@ -37,6 +37,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="what can be observed on the target: vllm, tgi, sglang, llamacpp, llamacpp-slots, "
                             "transformers-serve, streamlab, generic (default for a URL)")
     suite.add_argument("-k", dest="pattern", default="", help="only scenarios whose name contains this")
+    suite.add_argument("--parity-profile", choices=["session", "committed"], default="session",
+                       help="the cost model parity's simulation uses: fitted on this machine at the start of the "
+                            "run (~40 s; default), or the committed scenarios/profiles/<model>.json")
     suite.add_argument("--update-baseline", action="store_true",
                        help="write each run's latency figures to scenarios/baselines.json (the CI gate)")
     scen_sub.add_parser("schema", help=f"write the JSON Schema of the format to {SCHEMA_PATH}")
@@ -73,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.scenario_command == "calibrate":
         from harness.calibrate import calibrate
-        profile = calibrate(args.model, engine_only=args.engine_only, console=console)
+        profile = calibrate(args.model, engine_only=args.engine_only, say=console.print)
         console.print(profile)
         console.print(f"wrote {profile.save()}")
         return 0
@@ -96,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
         outcome = _run(console, scenario, mode, ctx)
         _print_outcome(console, outcome)
         return 0 if outcome.ok else 1
-    return _suite(console, ctx, args.mode, args.pattern, args.update_baseline)
+    return _suite(console, ctx, args.mode, args.pattern, args.update_baseline, args.parity_profile)
 
 
 def _run(console: Console, scenario, mode: str, ctx):
@@ -112,6 +115,32 @@ def _run(console: Console, scenario, mode: str, ctx):
         task = bar.add_task("clients", total=sum(g.count for g in scenario.groups))
         return run_scenario(scenario, mode, ctx,
                             progress=lambda done, total: bar.update(task, completed=done, total=total))
+def _fit_session_profile(console: Console, ctx, files) -> None:
+    """Parity's cost model, fitted on this machine now (harness.runner.use_session_profile)."""
+    from harness.live_run import live_unavailable
+    from harness.profile import load_profile
+    from harness.runner import use_session_profile
+
+    models = set()
+    for path in files:
+        try:
+            scenario = load(path)
+        except ScenarioError:
+            continue  # reported with the run
+        if {"sim", "live"} <= set(scenario.modes) and live_unavailable(scenario) is None:
+            models.add(scenario.server.model)
+    if not models:
+        return
+    console.print(f"fitting this session's cost model for parity on {', '.join(sorted(models))} "
+                  "(streamlab scenario calibrate, nothing written; --parity-profile committed skips it)", highlight=False)
+    for fresh in use_session_profile(ctx, sorted(models), say=lambda line: None):
+        old = load_profile(fresh.model)
+        console.print(f"  {fresh.model}: this machine now / committed profile: engine decode step at batch 1 "
+                      f"{fresh.decode_cost(1) / old.decode_cost(1):.2f}x, at 32 {fresh.decode_cost(32) / old.decode_cost(32):.2f}x; "
+                      f"step with 8 events served {fresh.served_decode(8) / old.served_decode(8):.2f}x; "
+                      f"per request {fresh.per_request_s / max(old.per_request_s, 1e-9):.2f}x", highlight=False)
+
+
 def _print_outcome(console: Console, outcome) -> None:
     from harness.report import group_table
 
@@ -127,7 +156,8 @@ def _print_outcome(console: Console, outcome) -> None:
                   f"{' on ' + target['name'] if target else ''}: {', '.join(unseen) or 'none'}", highlight=False)
 
 
-def _suite(console: Console, ctx, mode: str, pattern: str, update_baseline: bool = False) -> int:
+def _suite(console: Console, ctx, mode: str, pattern: str, update_baseline: bool = False,
+           parity_profile: str = "committed") -> int:
     from harness.baseline import figures, load_baselines, save_baselines
     from harness.live_run import live_unavailable
     from harness.report import parity_rows, parity_summary, parity_table
@@ -135,9 +165,11 @@ def _suite(console: Console, ctx, mode: str, pattern: str, update_baseline: bool
     baselines = load_baselines()
     if update_baseline:
         ctx.baselines = {}  # the figures being refreshed are not a gate for themselves
-    parity_data = []
+    parity_data, committed_data = [], []
     modes = ["sim", "live"] if mode == "both" else [mode]
     files = sorted(p for p in SCENARIOS_DIR.glob("*.yaml") if pattern in p.stem)
+    if parity_profile == "session" and mode == "both":
+        _fit_session_profile(console, ctx, files)
     table = Table(title=f"streamlab scenario suite: {len(files)} scenarios, modes {', '.join(modes)}")
     for col in ("scenario", "mode", "result", "checks", "wall s", "what failed"):
         table.add_column(col, justify="right" if col == "wall s" else "left", no_wrap=col == "scenario")
@@ -159,8 +191,12 @@ def _suite(console: Console, ctx, mode: str, pattern: str, update_baseline: bool
                 skipped += 1
                 continue
             outcome = _run(console, scenario, m, ctx)
-            if outcome.trace.mode == "live" and (scenario.name, "sim") in ctx.traces:
-                parity_data += parity_rows(scenario, outcome.trace, ctx.traces[(scenario.name, "sim")])
+            if outcome.trace.mode == "live" and (scenario.name, ctx.parity_mode) in ctx.traces:
+                parity_data += parity_rows(scenario, outcome.trace, ctx.traces[(scenario.name, ctx.parity_mode)],
+                                           outcome.again)
+                if ctx.parity_mode != "sim" and (scenario.name, "sim") in ctx.traces:
+                    committed_data += parity_rows(scenario, outcome.trace, ctx.traces[(scenario.name, "sim")],
+                                                  outcome.again)
             controls = [c.name for c in outcome.checks if c.expected_to_fail]
             checks = f"{sum(c.ok for c in outcome.checks)}/{len(outcome.checks)}"
             checks += f" (control: {', '.join(controls)} failed as designed)" if controls and outcome.ok else ""
@@ -178,6 +214,9 @@ def _suite(console: Console, ctx, mode: str, pattern: str, update_baseline: bool
     if parity_data:
         console.print(parity_table(parity_data))
         console.print(parity_summary(parity_data), highlight=False)
+        if committed_data:
+            console.print(parity_summary(committed_data, "the same live runs against the committed profile "
+                                                         "(reported, not judged)"), highlight=False)
         (RESULTS / "parity.json").write_text(json.dumps(parity_data, indent=1) + "\n")
     console.print(f"{passed} passed, {failed} failed, {skipped} skipped in {time.perf_counter() - t0:.0f}s; "
                   f"results and timelines in results/scenarios/", highlight=False)

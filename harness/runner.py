@@ -16,10 +16,11 @@ from pathlib import Path
 
 from harness.backend import Backend
 from harness.baseline import load_baselines, regression
-from harness.checks import CheckResult, parity, run_checks
+from harness.checks import CheckResult, parity, run_checks, timing_only
 from harness.clients import StreamRecord, launch
 from harness.live_run import LiveBackend
 from harness.plan import PlannedClient, loaded_model, plan, sampling_params
+from harness.profile import StepCostProfile
 from harness.report import Trace
 from harness.scenario import Scenario, load_by_name
 from harness.targets import Target
@@ -41,10 +42,15 @@ class RunContext:
     baselines: dict = field(default_factory=load_baselines)  # the committed latency figures
     solo: dict[str, list[int]] = field(default_factory=dict)  # (model, prompt, request) -> tokens run alone
     traces: dict[tuple[str, str], Trace] = field(default_factory=dict)  # (scenario, mode) -> its latest trace
-    # Whether live/sim timing outside its tolerance fails parity. `scripts/dev main` judges it;
-    # pytest items (CI) report it only, until the cost model holds for every group (issue 10).
+    # Whether live/sim timing outside its tolerance fails parity. `scripts/dev main` judges it,
+    # against a profile fitted in the same session; pytest items (CI) report it only: an item has
+    # no session profile, and a CI machine's speed is not the committed profile's.
     judge_parity_timing: bool = True
     target: Target | None = None  # --target: live runs aim here instead of each scenario's own
+    # The simulated trace a live run's parity is judged against: "sim" (the committed profile, the
+    # same run the simulated checks and gate judge) or "sim@session" (a profile fitted on this
+    # machine at the start of the session, see use_session_profile).
+    parity_mode: str = "sim"
 
     def live_mode(self, scenario: Scenario) -> str:
         """The mode a scenario's live run has in this session: `live`, or `live@<target>`."""
@@ -128,6 +134,7 @@ class Outcome:
     scenario: Scenario
     trace: Trace
     checks: list[CheckResult]
+    again: Trace | None = None  # a second live run, when parity's timing needed it
 
     @property
     def ok(self) -> bool:
@@ -178,13 +185,38 @@ def run_scenario(scenario: Scenario, mode: str, ctx: RunContext, progress=None) 
         gate = regression(trace, ctx.baselines, again=run_trace(scenario, ctx.backends[mode])[0])
     if gate is not None:
         checks.append(gate)
+    again = None
     if mode == "live" and "sim" in scenario.modes:
-        checks.append(parity(scenario, trace, trace_for(scenario, "sim", ctx), ctx.judge_parity_timing))
+        sim = trace_for(scenario, ctx.parity_mode, ctx)
+        check = parity(scenario, trace, sim, ctx.judge_parity_timing)
+        if ctx.judge_parity_timing and timing_only(check):
+            # One live run's p50 moves by up to ~1.5x between runs on this shared machine (a batch-8
+            # step took 1.25 ms in one run and 1.9 ms in the next): judge on two runs, not one.
+            again = run_trace(scenario, ctx.backends[mode])[0]
+            check = parity(scenario, trace, sim, ctx.judge_parity_timing, again)
+        checks.append(check)
     if ctx.results_dir is not None:
         from harness.report import timeline_png, write_result
         write_result(trace, checks, ctx.results_dir)
         timeline_png(trace, ctx.results_dir)
-    return Outcome(scenario, trace, checks)
+    return Outcome(scenario, trace, checks, again)
+
+
+def use_session_profile(ctx: RunContext, models: list[str], say=print) -> list[StepCostProfile]:
+    """Fit the cost model on this machine now (`calibrate`, ~40 s, nothing written) and judge
+    parity against a simulation that uses it. The committed profile still drives the "sim"
+    runs, so the simulated checks and their tight gate stay deterministic; but a machine's
+    speed drifts (the same engine step measured 1.1-1.45x apart on one machine within two
+    hours), and parity should judge the model, not the afternoon."""
+    from harness.calibrate import calibrate
+
+    profiles = [calibrate(m, say=say, repeats=SESSION_ROUNDS, measure_transport=False) for m in models]
+    ctx.backends["sim@session"] = SimBackend(*profiles)
+    ctx.parity_mode = "sim@session"
+    return profiles
+
+
+SESSION_ROUNDS = 3  # rounds of live calibration runs for a session's profile (two left the small-batch terms noisy)
 
 
 def simulate(scenario: Scenario, progress=None) -> tuple[Trace, list[PlannedClient]]:
