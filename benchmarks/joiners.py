@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 from benchmarks.common import spread
+from harness.profile import decode_only
 from harness.report import percentile
 from benchmarks.servers import ours
 from benchmarks.streams import STREAMLAB, timed_stream
@@ -64,8 +65,9 @@ async def run(log_dir: Path, say, repetitions: int = 1) -> dict:
                 overlapped.append(still)
                 ended = time.monotonic()
             steps = [s for s in (await server.get_json("/debug/steps"))["steps"] if began <= s["began"] <= ended]
-            decode = [s["seconds"] for s in steps if s["prefilled"] == 0 and s["decoded"] >= max(1, running)]
-            admit = [s["seconds"] for s in steps if s["prefilled"] == 1]
+            # A step that carried a prompt chunk admits, whether or not the chunk finished its prompt.
+            decode = [s["seconds"] for s in steps if decode_only(s) and s["decoded"] >= max(1, running)]
+            admit = [s["seconds"] for s in steps if s["prompt_tokens"]]
             bound = (percentile(decode, 50) if decode else 0.0) + (percentile(admit, 50) if admit else 0.0)
             out["conditions"].append({"running": running, "ttft_p50_s": percentile(ttfts, 50), "ttft_p99_s": percentile(ttfts, 99),
                                       "ttft_s": spread(ttfts), "decode_step_p50_s": percentile(decode, 50) if decode else None,

@@ -14,6 +14,7 @@ from pathlib import Path
 import torch
 
 from benchmarks.common import spread
+from harness.profile import decode_only
 from harness.report import percentile
 from benchmarks.servers import export_folder, ours, peer_server
 from benchmarks.streams import STREAMLAB, Api, TimedStream, burst, peer_api
@@ -94,9 +95,10 @@ async def back_to_back(api: Api, port: int, prompts: list[str]) -> tuple[dict, d
 def steps_in(steps: list[dict], began: float, ended: float) -> dict:
     """What the server's step thread did inside one burst's window."""
     inside = [s for s in steps if began <= s["began"] <= ended]
-    decode = [s["seconds"] for s in inside if s["prefilled"] == 0 and s["decoded"] > 0]
-    full = [s["seconds"] for s in inside if s["prefilled"] == 0 and s["decoded"] >= 28]
-    return {"steps": len(inside), "prefill_step_s": sum(s["seconds"] for s in inside if s["prefilled"]),
+    # A step that carried a prompt chunk is a prefill step, whether or not the chunk finished its prompt.
+    decode = [s["seconds"] for s in inside if decode_only(s)]
+    full = [s["seconds"] for s in inside if decode_only(s) and s["decoded"] >= 28]
+    return {"steps": len(inside), "prefill_step_s": sum(s["seconds"] for s in inside if s["prompt_tokens"]),
             "decode_steps": len(decode), "decode_s": sum(decode),
             "decode_step_at_32_median_s": percentile(full, 50) if full else None}
 

@@ -26,7 +26,7 @@ import dataclasses
 import json
 import statistics
 
-from harness.profile import PROFILES, StepCostProfile, calibrate_engine
+from harness.profile import PROFILES, StepCostProfile, calibrate_engine, decode_only
 from harness.report import Trace, metric_values, percentile
 from harness.scenario import SCENARIOS_DIR, load
 
@@ -57,7 +57,7 @@ def _decode_steps(trace: Trace) -> list[tuple[dict, float]]:
     """Decode-only steps followed by another busy step: (step, its period to the next one's start)."""
     out = []
     for a, b in zip(trace.steps, trace.steps[1:]):
-        if a["decoded"] and not a["prefilled"] and not a["prompt_tokens"] and (b["decoded"] or b["prefilled"]):
+        if decode_only(a) and (b["decoded"] or b["prefilled"]):
             period = b["began"] - a["began"]
             if period <= MAX_PERIOD_S:
                 out.append((a, period))
@@ -70,17 +70,15 @@ MIN_STEPS_PER_SIZE = 20  # fewer decode steps of one batch size (the tail of a r
 def fit_serving(profile: StepCostProfile, traces: list[Trace]) -> tuple[list, int]:
     """([[events, seconds], ...], samples): per batch size, the median live period of a decode
     step minus the engine's cost for it."""
-    from streamlab.engine.engine import StepOutput
-
-    extra: dict[int, list[float]] = {}
+    periods: dict[int, list[float]] = {}
     for trace in traces:
         for step, period in _decode_steps(trace):
-            b = step["decoded"]
-            extra.setdefault(b, []).append(period - profile.engine_cost(StepOutput(0, [], [], 0, b)))
-    table = [[b, round(statistics.median(v), 7)] for b, v in sorted(extra.items()) if len(v) >= MIN_STEPS_PER_SIZE]
-    if len(table) < 2:
+            periods.setdefault(step["decoded"], []).append(period)
+    sizes = [b for b in sorted(periods) if len(periods[b]) >= MIN_STEPS_PER_SIZE]
+    if len(sizes) < 2:
         raise RuntimeError("calibration runs gave decode steps of one size only: cannot fit how serving grows")
-    return [[0, 0.0]] + table, sum(len(v) for v in extra.values())
+    serving = [[b, round(statistics.median(periods[b]) - profile.engine_time(b), 7)] for b in sizes]
+    return [[0, 0.0]] + serving, sum(len(v) for v in periods.values())
 
 
 def fit_per_request(traces: list[Trace]) -> tuple[float, int]:
@@ -133,6 +131,10 @@ def _ms_table(points: list) -> str:
     return ", ".join(f"{n}: {v * 1e3:.2f}" for n, v in points)
 
 
+def _rounded(value):
+    return value if isinstance(value, list) else round(value, 7)
+
+
 SERVING_TERMS = ("serving_s", "per_request_s", "request_latency_s")
 
 
@@ -173,8 +175,7 @@ def calibrate(model: str, engine_only: bool = False, say=print, repeats: int = R
     live = {s.name: [r[s.name][0] for r in rounds] for s in scenarios}
     profile, counts = fit_terms(profile, live, solo)
     by_round = [fit_terms(profile, r, solo)[0] for r in rounds] if repeats > 1 else []
-    spread = {term: [getattr(p, term) if term == "serving_s" else round(getattr(p, term), 7) for p in by_round]
-              for term in SERVING_TERMS}
+    spread = {term: [_rounded(getattr(p, term)) for p in by_round] for term in SERVING_TERMS}
     sims = {s.name: run_trace(s, SimBackend(profile))[0] for s in scenarios}
     fit = residuals(live, sims)
     profile = dataclasses.replace(profile, calibration={
@@ -186,6 +187,6 @@ def calibrate(model: str, engine_only: bool = False, say=print, repeats: int = R
     for term, values in spread.items():
         if values:
             say(f"  {term} fitted on each round alone: " + "; ".join(
-                _ms_table(v) if term == "serving_s" else f"{v * 1e3:.2f} ms" for v in values))
+                _ms_table(v) if isinstance(v, list) else f"{v * 1e3:.2f} ms" for v in values))
     say(f"fit, live/sim p50 on the calibration runs: {fit}")
     return profile

@@ -81,10 +81,11 @@ class StepCostProfile:
 
     def engine_cost(self, out: StepOutput) -> float:
         """The engine alone, in-process: what a real step in the simulation should take."""
-        cost = self.idle_step_s
-        if out.decoded:
-            cost += self.decode_cost(out.decoded)
-        return cost + self.prefill_fixed_s * out.prefilled + self.prefill_per_token_s * out.prefill_tokens
+        return self.engine_time(out.decoded, out.prefilled, out.prefill_tokens)
+
+    def engine_time(self, decoded: int, prefilled: int = 0, prefill_tokens: int = 0) -> float:
+        cost = self.idle_step_s + (self.decode_cost(decoded) if decoded else 0.0)
+        return cost + self.prefill_fixed_s * prefilled + self.prefill_per_token_s * prefill_tokens
 
     def decode_cost(self, batch: int) -> float:
         return max(0.0, _interpolate(self.decode_s, batch))
@@ -95,13 +96,12 @@ class StepCostProfile:
 
     def served_decode(self, batch: int) -> float:
         """A decode step of this batch in the live server (each stream's token handed over)."""
-        return self.served_cost(StepOutput(0, [None] * batch, [], 0, batch))
+        return max(self.idle_step_s, self.engine_time(batch) + self.serving_cost(batch))
 
     def served_cost(self, out: StepOutput) -> float:
         """The same work in the live server: the engine, plus delivering its events."""
-        engine = self.engine_cost(out)
-        return max(self.idle_step_s, engine + self.serving_cost(len(out.tokens) + len(out.finished)))
-
+        events = len(out.tokens) + len(out.finished)
+        return max(self.idle_step_s, self.engine_cost(out) + self.serving_cost(events))
 
     def save(self, path: Path | None = None) -> Path:
         path = path or PROFILES / f"{self.model}.json"
@@ -110,6 +110,11 @@ class StepCostProfile:
         data["terms"] = {k: TERMS[k] for k in TERMS}
         path.write_text(json.dumps(data, indent=2) + "\n")
         return path
+
+
+def decode_only(step: dict) -> bool:
+    """A step-log entry that only decoded (no prompt, or prompt chunk, in it)."""
+    return bool(step["decoded"]) and not step["prefilled"] and not step["prompt_tokens"]
 
 
 def load_profile(model: str) -> StepCostProfile:

@@ -216,7 +216,7 @@ def use_session_profile(ctx: RunContext, models: list[str], say=print) -> list[S
     return profiles
 
 
-SESSION_ROUNDS = 3  # rounds of live calibration runs for a session's profile (two left the small-batch terms noisy)
+SESSION_ROUNDS = 5  # rounds of live calibration runs for a session profile: at 3 the small-batch serving terms still moved 0.2-0.7 ms between rounds
 
 
 def simulate(scenario: Scenario, progress=None) -> tuple[Trace, list[PlannedClient]]:

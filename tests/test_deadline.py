@@ -2,6 +2,7 @@
 dropping a waiter whose deadline passed, with its blocks (none) and stream accounted for."""
 
 import asyncio
+from contextlib import asynccontextmanager
 
 import pytest
 
@@ -72,6 +73,20 @@ def test_without_chunking_the_prefill_runs_whole_before_the_decode():
     assert predict_ttft_s(q, 50, c) == pytest.approx(expected)
 
 
+@asynccontextmanager
+async def slot_taken(svc):
+    """The one batch slot busy with a long stream until the block ends (its client then leaves)."""
+    gone = asyncio.Event()
+    running = asyncio.ensure_future(svc.call("/v1/stream", {"prompt": PROMPT, "max_new_tokens": 400,
+                                                            "ignore_eos": True}, disconnect=gone))
+    await svc.until(lambda s: s["running"] == 1)
+    try:
+        yield
+    finally:
+        gone.set()
+        await running
+
+
 def gated(**kw) -> ServiceConfig:
     return ServiceConfig(engine=EngineConfig(max_batch=1, cache=CacheConfig(num_blocks=256)), admission="deadline",
                          **kw)
@@ -80,20 +95,15 @@ def gated(**kw) -> ServiceConfig:
 @pytest.mark.asyncio
 async def test_an_unmeetable_deadline_is_refused_before_the_first_byte(tiny):
     async with running_service(gated(), tiny) as svc:
-        gone = asyncio.Event()
-        running = asyncio.ensure_future(svc.call("/v1/stream", {"prompt": PROMPT, "max_new_tokens": 400,
-                                                                "ignore_eos": True}, disconnect=gone))
-        await svc.until(lambda s: s["running"] == 1)
-        refused = await svc.call("/v1/stream", {"prompt": PROMPT, "max_new_tokens": 4, "ttft_deadline_ms": 5})
-        assert refused.status == 429 and int(refused.headers["retry-after"]) >= 1
-        assert refused.json()["error"]["type"] == "deadline_unmeetable"
-        assert refused.events == []  # no stream was started
-        # The same route without a deadline is not gated; an OpenAI request carries it too.
-        chat = await svc.call("/v1/completions", {"model": "tiny", "prompt": PROMPT, "max_tokens": 2,
-                                                  "ttft_deadline_ms": 5})
-        assert chat.status == 429 and chat.json()["error"]["code"] == "deadline_unmeetable"
-        gone.set()
-        await running
+        async with slot_taken(svc):
+            refused = await svc.call("/v1/stream", {"prompt": PROMPT, "max_new_tokens": 4, "ttft_deadline_ms": 5})
+            assert refused.status == 429 and int(refused.headers["retry-after"]) >= 1
+            assert refused.json()["error"]["type"] == "deadline_unmeetable"
+            assert refused.events == []  # no stream was started
+            # The same route without a deadline is not gated; an OpenAI request carries it too.
+            chat = await svc.call("/v1/completions", {"model": "tiny", "prompt": PROMPT, "max_tokens": 2,
+                                                      "ttft_deadline_ms": 5})
+            assert chat.status == 429 and chat.json()["error"]["code"] == "deadline_unmeetable"
         stats = await svc.settle()
         assert_clean(stats)
         assert stats["deadline_refused"] == 2 and stats["requests_accepted"] == 1
@@ -112,16 +122,11 @@ async def test_a_waiter_whose_deadline_passes_is_dropped_with_an_error_event(tin
     """The predictor is scripted to say yes; the one slot stays busy past the deadline."""
     monkeypatch.setattr(hub_module, "predict_ttft_s", lambda *a: 0.0)
     async with running_service(gated(), tiny) as svc:
-        gone = asyncio.Event()
-        running = asyncio.ensure_future(svc.call("/v1/stream", {"prompt": PROMPT, "max_new_tokens": 400,
-                                                                "ignore_eos": True}, disconnect=gone))
-        await svc.until(lambda s: s["running"] == 1)
-        late = await svc.call("/v1/stream", {"prompt": PROMPT, "max_new_tokens": 4, "ttft_deadline_ms": 50})
-        assert late.status == 200
-        assert [e.event for e in late.events] == ["start", "error"]
-        assert late.last["error"]["type"] == "deadline_expired"
-        gone.set()
-        await running
+        async with slot_taken(svc):
+            late = await svc.call("/v1/stream", {"prompt": PROMPT, "max_new_tokens": 4, "ttft_deadline_ms": 50})
+            assert late.status == 200
+            assert [e.event for e in late.events] == ["start", "error"]
+            assert late.last["error"]["type"] == "deadline_expired"
         stats = await svc.settle()
         assert_clean(stats)
         assert stats["cancellations"]["deadline_expired"] == 1
