@@ -1,10 +1,11 @@
 """`streamlab scenario calibrate`: fit the simulation's cost model on this machine.
 
-1. The engine terms, in-process (harness.profile.calibrate_engine).
+1. The engine terms, in-process (harness.profile.calibrate_engine), with the server's torch threads.
 2. The serving terms, from live runs of the calibration scenarios in scenarios/calibration/
    (`streamlab serve` on real sockets; its /debug/steps and the clients' traces):
    - serving_s: for each batch size the calibration scenarios run at (1, 4, 8, 16, 32), the
-     median of (live period of a decode step - the engine's in-process cost for it). The
+     median of (live period of a decode step - the engine's in-process cost for it, at the
+     context the step log says its decodes attended to). The
      event loop delivers a step's events while the next step runs, and the two share one
      GIL, so serving shows up as a longer period, not as a gap. A table, not a line: the
      periods are not linear in events (one event costs about nothing, eight ~1 ms);
@@ -70,15 +71,15 @@ MIN_STEPS_PER_SIZE = 20  # fewer decode steps of one batch size (the tail of a r
 def fit_serving(profile: StepCostProfile, traces: list[Trace]) -> tuple[list, int]:
     """([[events, seconds], ...], samples): per batch size, the median live period of a decode
     step minus the engine's cost for it."""
-    periods: dict[int, list[float]] = {}
+    extra: dict[int, list[float]] = {}
     for trace in traces:
         for step, period in _decode_steps(trace):
-            periods.setdefault(step["decoded"], []).append(period)
-    sizes = [b for b in sorted(periods) if len(periods[b]) >= MIN_STEPS_PER_SIZE]
+            b = step["decoded"]
+            extra.setdefault(b, []).append(period - profile.engine_time(b, decode_context=step.get("decode_context")))
+    sizes = [b for b in sorted(extra) if len(extra[b]) >= MIN_STEPS_PER_SIZE]
     if len(sizes) < 2:
         raise RuntimeError("calibration runs gave decode steps of one size only: cannot fit how serving grows")
-    serving = [[b, round(statistics.median(periods[b]) - profile.engine_time(b), 7)] for b in sizes]
-    return [[0, 0.0]] + serving, sum(len(v) for v in periods.values())
+    return [[0, 0.0]] + [[b, round(statistics.median(extra[b]), 7)] for b in sizes], sum(map(len, extra.values()))
 
 
 def fit_per_request(traces: list[Trace]) -> tuple[float, int]:

@@ -17,6 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from harness.cores import server_threads
 from harness.rawhttp import RawExchange
 
 START_DEADLINE_S = 60.0
@@ -54,6 +55,7 @@ class ServerProcess:
         self.port = free_port()
         self.args = self.command(serve_args)
         self.env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        self.env["OMP_NUM_THREADS"] = str(server_threads())  # a core left for its event loop and the load
         self.log_path = Path(log_dir or tempfile.mkdtemp(prefix="streamlab-serve-")) / f"serve-{self.port}.log"
         self.proc: subprocess.Popen | None = None
 
@@ -145,8 +147,9 @@ class ServerProcess:
 class TargetProcess(ServerProcess):
     """Another server, started from a target's command with {port}, {model_dir}, {model} and
     {transformers} (the `transformers` script beside this Python) filled in. It keeps its own
-    OpenMP default rather than the passive policy streamlab sets for itself: measured faster for
-    transformers serve (85-90 against 77-81 tokens/s at 32 streams in a side run)."""
+    OpenMP wait policy rather than the passive one streamlab sets for itself: measured faster for
+    transformers serve (85-90 against 77-81 tokens/s at 32 streams in a side run). Its torch
+    threads follow the same rule as ours (harness.cores), so the two are compared on equal cores."""
 
     def __init__(self, name: str, template: list[str], fill: dict[str, str], health_path: str | None,
                  start_deadline_s: float = 180.0, log_dir: Path | None = None) -> None:

@@ -1,8 +1,9 @@
 """The cost model the simulation advances time by, and the calibration that measures it.
 
-Engine terms (fitted on the engine alone, in-process): a step costs decode(batch), interpolated
-between measured batch sizes, + prefill_fixed x (prompts prefilled) + prefill_per_token x (prompt
-tokens). Serving terms (fitted from live runs of `streamlab serve` by `streamlab scenario
+Engine terms (fitted on the engine alone, in-process, with the torch threads a live server
+gets, see harness/cores.py): a step costs decode(batch), interpolated between
+measured batch sizes, + decode_per_context_token x (context its decodes attend to beyond the
+reference) + prefill_fixed x (prompts prefilled) + prefill_per_token x (prompt tokens). Serving terms (fitted from live runs of `streamlab serve` by `streamlab scenario
 calibrate`, see harness/calibrate.py): a step that hands over n events takes serving(n) more,
 the server's one core spends per_request seconds on each request, and a lone request waits
 request_latency more.
@@ -14,9 +15,11 @@ from __future__ import annotations
 import json
 import statistics
 import time
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
+from harness.cores import server_threads
 from streamlab.engine.engine import StepOutput
 
 PROFILES = Path(__file__).resolve().parent.parent / "scenarios" / "profiles"
@@ -26,6 +29,10 @@ TERMS = {
     "decode_s": "engine alone: [batch, seconds] of a decode step at measured batch sizes; a step of another "
                 "size is interpolated linearly (extrapolated past the last). A line through them overstated "
                 "batch 1 by 40%",
+    "decode_per_context_token_s": "engine alone: seconds a decode step takes more per token of context its "
+                                  "sequences attend to beyond decode_context_ref each (a long stream's step "
+                                  "grows: batch 8 went 0.85 -> 1.1 ms over 300 tokens, live)",
+    "decode_context_ref": "engine alone: the context per sequence decode_s was measured at",
     "prefill_fixed_s": "engine alone: seconds per prompt prefilled",
     "prefill_per_token_s": "engine alone: seconds per prompt token prefilled",
     "idle_step_s": "a step that only applied wishes",
@@ -58,6 +65,8 @@ class StepCostProfile:
     prefill_fixed_s: float
     prefill_per_token_s: float
     idle_step_s: float = 0.0001
+    decode_per_context_token_s: float = 0.0
+    decode_context_ref: float = 0.0
     serving_s: list = field(default_factory=list)  # [[events in a step, seconds beyond the engine], ...]
     per_request_s: float = 0.0
     request_latency_s: float = 0.0
@@ -81,14 +90,18 @@ class StepCostProfile:
 
     def engine_cost(self, out: StepOutput) -> float:
         """The engine alone, in-process: what a real step in the simulation should take."""
-        return self.engine_time(out.decoded, out.prefilled, out.prefill_tokens)
+        return self.engine_time(out.decoded, out.prefilled, out.prefill_tokens, out.decode_context)
 
-    def engine_time(self, decoded: int, prefilled: int = 0, prefill_tokens: int = 0) -> float:
-        cost = self.idle_step_s + (self.decode_cost(decoded) if decoded else 0.0)
+    def engine_time(self, decoded: int, prefilled: int = 0, prefill_tokens: int = 0,
+                    decode_context: int | None = None) -> float:
+        """None for decode_context: the sequences are at the reference context."""
+        cost = self.idle_step_s + (self.decode_cost(decoded, decode_context) if decoded else 0.0)
         return cost + self.prefill_fixed_s * prefilled + self.prefill_per_token_s * prefill_tokens
 
-    def decode_cost(self, batch: int) -> float:
-        return max(0.0, _interpolate(self.decode_s, batch))
+    def decode_cost(self, batch: int, context: int | None = None) -> float:
+        """A decode step of `batch` sequences attending to `context` tokens in all."""
+        longer = 0.0 if context is None else context - batch * self.decode_context_ref
+        return max(0.0, _interpolate(self.decode_s, batch) + self.decode_per_context_token_s * longer)
 
     def serving_cost(self, events: int) -> float:
         """What handing over a step's events adds in the live server."""
@@ -143,7 +156,24 @@ def _fit(xs: list[float], ys: list[float]) -> tuple[float, float]:
 
 
 def calibrate_engine(model_name: str, repeats: int = 3) -> StepCostProfile:
-    """The engine terms, measured in-process on this machine."""
+    """The engine terms, measured in-process on this machine, on the cores and with the torch
+    threads a live server gets."""
+    with torch_threads(server_threads()):  # as the live server runs (harness.cores)
+        return _calibrate_engine(model_name, repeats)
+
+
+@contextmanager
+def torch_threads(n: int):
+    import torch
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def _calibrate_engine(model_name: str, repeats: int) -> StepCostProfile:
     from streamlab.bench_step import fixed_length_prompts, paged_step_ms
     from streamlab.config import CacheConfig, EngineConfig
     from streamlab.engine.engine import BatchEngine
@@ -152,9 +182,19 @@ def calibrate_engine(model_name: str, repeats: int = 3) -> StepCostProfile:
 
     loaded = load_model(model_name)
     batches = [1, 2, 4, 8, 16, 32]
-    prompts = fixed_length_prompts(loaded, max(batches), 32)
-    decode = [statistics.median(statistics.median(paged_step_ms(loaded, prompts[:b], 10, 2)) for _ in range(repeats))
-              for b in batches]
+    steps, warmup, short, long = 10, 2, 32, 288
+    prompts = fixed_length_prompts(loaded, max(batches), short)
+
+    def decode_ms(batch: int, prompts: list[list[int]]) -> float:
+        return statistics.median(statistics.median(paged_step_ms(loaded, prompts[:batch], steps, warmup))
+                                 for _ in range(repeats))
+
+    decode = [decode_ms(b, prompts) for b in batches]
+    # A timed step's sequences hold the prompt, the first token and the warm-up and earlier steps' tokens.
+    context_ref = short + 1 + warmup + (steps - 1) / 2
+    long_prompts = [(p * (long // short + 1))[:long] for p in prompts]  # timing only: any ids will do
+    per_context = statistics.median((decode_ms(b, long_prompts) - d) / 1e3 / (b * (long - short))
+                                    for b, d in zip(batches, decode) if b >= 4)
     lengths = [8, 32, 64, 128]
     long_prompts = [t for p in fixed_length_prompts(loaded, 8, 32) for t in p]  # 256 tokens of real text
     prefill = []
@@ -169,10 +209,11 @@ def calibrate_engine(model_name: str, repeats: int = 3) -> StepCostProfile:
         prefill.append(statistics.median(times))
     prefill_fixed, per_token = _fit(lengths, prefill)
     return StepCostProfile(model_name, [[b, round(d / 1e3, 7)] for b, d in zip(batches, decode)], prefill_fixed,
-                           per_token, machine=machine_name())
+                           per_token, decode_per_context_token_s=max(0.0, per_context),
+                           decode_context_ref=context_ref, machine=machine_name())
 
 
 def machine_name() -> str:
     from streamlab.bench_step import machine
     m = machine()
-    return f"{m['processor']}, {m['cpus']} CPUs, torch {m['torch']}"
+    return f"{m['processor']}, {m['cpus']} CPUs, torch {m['torch']} on {server_threads()} thread(s)"

@@ -22,6 +22,7 @@ from typing import Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 import anyio
+import torch
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.exceptions import HTTPException
@@ -400,7 +401,8 @@ def create_app(config: ServiceConfig = ServiceConfig(), loaded: LoadedModel | No
 
 
 def process_usage() -> dict[str, int]:
-    """This process's resident memory and open file descriptors (Linux /proc; absent elsewhere)."""
+    """This process's resident memory and open file descriptors (Linux /proc; absent elsewhere), and
+    the torch threads its steps use."""
     out: dict[str, int] = {}
     try:
         with open("/proc/self/statm") as f:
@@ -408,6 +410,7 @@ def process_usage() -> dict[str, int]:
         out["open_fds"] = len(os.listdir("/proc/self/fd"))
     except OSError:
         pass
+    out["torch_threads"] = torch.get_num_threads()  # intra-op threads the steps use (OMP_NUM_THREADS)
     return out
 
 

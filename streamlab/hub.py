@@ -86,6 +86,7 @@ class StepRecord(NamedTuple):
     decoded: int
     prompt_tokens: int  # prompt tokens run (whole prompts, or chunks)
     events: int  # token and finish events it handed over
+    decode_context: int = 0  # tokens the decoded sequences attended to, summed
 
 
 @dataclass
@@ -508,7 +509,7 @@ class Hub:
         self._record_releases(out, end)
         self.step_log.append(StepRecord(began, end - began, out.prefilled + prefilled_early, out.decoded,
                                         out.prefill_tokens + prefill_tokens_early,
-                                        len(out.tokens) + len(out.finished) + events_early))
+                                        len(out.tokens) + len(out.finished) + events_early, out.decode_context))
         self.step_costs.observe(out.decoded + out.prefill_tokens + prefill_tokens_early, end - began)
         if not self.waits_for_readers:
             clock.post(end, self._deliver, out, end)

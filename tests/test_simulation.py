@@ -149,6 +149,25 @@ def test_the_profile_interpolates_serving_cost_and_the_read_window():
     assert StepCostProfile("t", [[1, 0.001], [2, 0.001]], 0.0, 0.0).read_window(65536) is None  # unmeasured: no limit
 
 
+def test_a_decode_step_costs_more_as_its_sequences_attend_to_more():
+    profile = StepCostProfile("t", [[1, 0.001], [8, 0.002]], 0.0, 0.0, decode_per_context_token_s=1e-7,
+                              decode_context_ref=40)
+    assert profile.decode_cost(8) == profile.decode_cost(8, 8 * 40) == pytest.approx(0.002)
+    assert profile.decode_cost(8, 8 * 340) == pytest.approx(0.002 + 8 * 300 * 1e-7)
+
+
+def test_the_engine_reports_the_context_its_decodes_attended_to(tiny):
+    from streamlab.config import EngineConfig
+    from streamlab.engine.engine import BatchEngine
+    from streamlab.sampling import SamplingParams
+
+    engine = BatchEngine(tiny.model, EngineConfig(max_batch=2))
+    for name, n in (("a", 5), ("b", 9)):
+        engine.submit(name, list(range(1, n + 1)), SamplingParams(max_new_tokens=4, ignore_eos=True))
+    assert engine.step().decode_context == 0  # prefill only
+    assert [engine.step().decode_context for _ in range(3)] == [6 + 10, 7 + 11, 8 + 12]
+
+
 def _slowed(trace, factor: float):
     """The same trace with every stream's times stretched by `factor` from its send."""
     out = copy.deepcopy(trace)

@@ -54,6 +54,7 @@ class StepOutput:
     prefilled: int
     decoded: int
     prefill_tokens: int = 0  # prompt tokens run through prefill in this step
+    decode_context: int = 0  # tokens the decoded sequences attended to, summed (a decode's cost grows with it)
     error: str | None = None  # the step failed: its sequences ended with reason `error`
 
 
@@ -277,6 +278,7 @@ class BatchEngine:
             early_tokens = self._record_tokens(firsts, step, early_finished)
             on_prefill(StepOutput(step, early_tokens, early_finished, len(group), 0,
                                   sum(len(seq.prompt_ids) for seq in group)))
+        context = sum(seq.num_tokens for seq in batch.decodes)
         if batch.decodes:
             logits = self.model.decode(self._decode_batch(batch.decodes), self.cache)
             made.extend((seq, sample(logits[i], seq.params, seq.rng)) for i, seq in enumerate(batch.decodes))
@@ -285,12 +287,13 @@ class BatchEngine:
             self._steps = step
         early = on_prefill is not None
         return StepOutput(step, tokens, finished, 0 if early else len(batch.prefills), len(batch.decodes),
-                          0 if early else sum(len(s.prompt_ids) for s in batch.prefills))
+                          0 if early else sum(len(s.prompt_ids) for s in batch.prefills), decode_context=context)
 
     def _mixed_step(self, step: int, batch: ScheduledBatch, finished: list[FinishEvent]) -> StepOutput:
         """Chunked prefill: the decodes and the prompt chunks in one pass; a chunk that ends its
         prompt makes that sequence's first token, handed over with the rest of the step."""
         made: list[tuple[Sequence, int]] = []
+        context = sum(seq.num_tokens for seq in batch.decodes)
         if batch.decodes or batch.chunks:
             decode = self._decode_batch(batch.decodes) if batch.decodes else None
             logits = self.model.step_forward(decode, [self._chunk_input(c) for c in batch.chunks], self.cache)
@@ -304,7 +307,7 @@ class BatchEngine:
         with self._state_lock:
             self._steps = step
         return StepOutput(step, tokens, finished, sum(1 for c in batch.chunks if c.last), len(batch.decodes),
-                          sum(c.end - c.start for c in batch.chunks))
+                          sum(c.end - c.start for c in batch.chunks), decode_context=context)
 
     def _chunk_input(self, c: PromptChunk) -> ChunkInput:
         bs = self.config.cache.block_size
