@@ -9,6 +9,9 @@
      event loop delivers a step's events while the next step runs, and the two share one
      GIL, so serving shows up as a longer period, not as a gap. A table, not a line: the
      periods are not linear in events (one event costs about nothing, eight ~1 ms);
+   - serving_per_byte_s: the cost of each byte written to a client, on the server's one core,
+     chosen so that cal_padded (events carrying 64 KiB comments) completes in simulation when it
+     did live (bisection); its steps' periods do not show it, the bytes queue behind them;
    - per_request_s: the median spacing of response heads in a burst (one core handles them
      one after another);
    - request_latency_s: a lone request's live TTFT minus its simulated TTFT without that term.
@@ -115,17 +118,56 @@ def residuals(live: dict[str, list[Trace]], sim: dict[str, Trace]) -> dict:
     return out
 
 
-def fit_terms(profile: StepCostProfile, live: dict[str, list[Trace]], solo) -> tuple[StepCostProfile, dict]:
+def fit_terms(profile: StepCostProfile, live: dict[str, list[Trace]], solo,
+              padded=None) -> tuple[StepCostProfile, dict]:
     """The serving terms from one set of live runs: (profile with them, sample counts)."""
     from harness.runner import run_trace
     from harness.simulation import SimBackend
 
-    serving, n_steps = fit_serving(profile, [t for ts in live.values() for t in ts])
-    per_request, n_heads = fit_per_request([t for name, ts in live.items() if name != solo.name for t in ts])
+    plain = {name: ts for name, ts in live.items() if name != PADDED}
+    serving, n_steps = fit_serving(profile, [t for ts in plain.values() for t in ts])
+    per_request, n_heads = fit_per_request([t for name, ts in plain.items() if name != solo.name for t in ts])
     profile = dataclasses.replace(profile, serving_s=serving, per_request_s=per_request, request_latency_s=0.0)
+    per_byte, n_padded = fit_per_byte(profile, live.get(PADDED, []), padded) if padded else (0.0, 0)
+    profile = dataclasses.replace(profile, serving_per_byte_s=per_byte)
     diffs = ttft_differences(live[solo.name], run_trace(solo, SimBackend(profile))[0])
     profile = dataclasses.replace(profile, request_latency_s=max(0.0, statistics.median(diffs)))
-    return profile, {"decode_steps": n_steps, "burst_heads": n_heads, "lone_requests": len(diffs)}
+    return profile, {"decode_steps": n_steps, "burst_heads": n_heads, "lone_requests": len(diffs),
+                     "padded_streams": n_padded}
+
+
+PADDED = "cal_padded"  # its events carry padding: it fits serving_per_byte_s alone
+
+
+def fit_per_byte(profile: StepCostProfile, traces: list[Trace], scenario) -> tuple[float, int]:
+    """(seconds per byte, samples): the per-byte cost of writing to a client on the server's one core,
+    chosen so that the padded run's simulated completion p50 matches the live runs' median (by
+    bisection; the step periods do not show it: the steps run on and the bytes queue behind them)."""
+    from harness.runner import run_trace
+    from harness.simulation import SimBackend
+
+    if not traces:
+        return 0.0, 0
+    live = statistics.median(percentile(metric_values(t.streams, "completion_s"), 50) for t in traces)
+
+    def simulated(per_byte: float) -> float:
+        trace = run_trace(scenario, SimBackend(dataclasses.replace(profile, serving_per_byte_s=per_byte)))[0]
+        return percentile(metric_values(trace.streams, "completion_s"), 50)
+
+    samples = sum(len(t.streams) for t in traces)
+    if simulated(0.0) >= live:
+        return 0.0, samples
+    low, high = 0.0, 1e-9
+    while simulated(high) < live and high < MAX_PER_BYTE_S:
+        low, high = high, high * 4
+    for _ in range(BISECTIONS):
+        mid = (low + high) / 2
+        low, high = (mid, high) if simulated(mid) < live else (low, mid)
+    return (low + high) / 2, samples
+
+
+MAX_PER_BYTE_S = 1e-6  # 1 s per MB: far past anything measured (0 to ~0.05 s per MB)
+BISECTIONS = 8  # within 1/256 of the bracket, well inside the rounds' spread
 
 
 def _ms_table(points: list) -> str:
@@ -133,10 +175,10 @@ def _ms_table(points: list) -> str:
 
 
 def _rounded(value):
-    return value if isinstance(value, list) else round(value, 7)
+    return value if isinstance(value, list) else float(f"{value:.4g}")
 
 
-SERVING_TERMS = ("serving_s", "per_request_s", "request_latency_s")
+SERVING_TERMS = ("serving_s", "serving_per_byte_s", "per_request_s", "request_latency_s")
 
 
 def calibrate(model: str, engine_only: bool = False, say=print, repeats: int = REPEATS,
@@ -174,8 +216,9 @@ def calibrate(model: str, engine_only: bool = False, say=print, repeats: int = R
             rounds[-1][scenario.name] = [trace]
             say(f"round {i + 1} live {scenario.name}: {len(trace.steps)} steps, {trace.wall_s:.1f}s")
     live = {s.name: [r[s.name][0] for r in rounds] for s in scenarios}
-    profile, counts = fit_terms(profile, live, solo)
-    by_round = [fit_terms(profile, r, solo)[0] for r in rounds] if repeats > 1 else []
+    padded = next((s for s in scenarios if s.name == PADDED), None)
+    profile, counts = fit_terms(profile, live, solo, padded)
+    by_round = [fit_terms(profile, r, solo, padded)[0] for r in rounds] if repeats > 1 else []
     spread = {term: [_rounded(getattr(p, term)) for p in by_round] for term in SERVING_TERMS}
     sims = {s.name: run_trace(s, SimBackend(profile))[0] for s in scenarios}
     fit = residuals(live, sims)
@@ -184,10 +227,12 @@ def calibrate(model: str, engine_only: bool = False, say=print, repeats: int = R
         "terms_fitted_on_each_round": spread, "live_over_sim_p50": fit})
     say(f"serving terms (live, {repeats} rounds together): a step's events -> ms beyond the engine "
         f"{_ms_table(profile.serving_s)}, per request {profile.per_request_s * 1e3:.2f} ms, "
-        f"lone request latency {profile.request_latency_s * 1e3:.2f} ms")
+        f"lone request latency {profile.request_latency_s * 1e3:.2f} ms, "
+        f"per MB the clients read {profile.serving_per_byte_s * 1e9:.2f} ms")
     for term, values in spread.items():
         if values:
             say(f"  {term} fitted on each round alone: " + "; ".join(
-                _ms_table(v) if isinstance(v, list) else f"{v * 1e3:.2f} ms" for v in values))
+                _ms_table(v) if isinstance(v, list) else f"{v * 1e3:.2f} ms" if "byte" not in term
+                else f"{v * 1e9:.2f} ms/MB" for v in values))
     say(f"fit, live/sim p50 on the calibration runs: {fit}")
     return profile

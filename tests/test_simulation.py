@@ -168,6 +168,25 @@ def test_the_engine_reports_the_context_its_decodes_attended_to(tiny):
     assert [engine.step().decode_context for _ in range(3)] == [6 + 10, 7 + 11, 8 + 12]
 
 
+def test_bytes_written_to_clients_take_the_servers_core():
+    """Healthy streams beside four readers of 256 KiB events: slower once each byte written costs core time."""
+    import dataclasses
+
+    from harness.profile import load_profile
+    from harness.report import metric_values, percentile
+    from harness.simulation import SimBackend
+
+    scenario = load_by_name("slow_reader_unbounded_4")
+    free = load_profile("tiny")
+
+    def healthy_p50(profile) -> float:
+        trace = runner.run_trace(scenario, SimBackend(profile))[0]
+        return percentile(metric_values(trace.group("healthy"), "completion_s"), 50)
+
+    without = healthy_p50(dataclasses.replace(free, serving_per_byte_s=0.0))
+    assert healthy_p50(dataclasses.replace(free, serving_per_byte_s=5e-8)) > 1.2 * without
+
+
 def _slowed(trace, factor: float):
     """The same trace with every stream's times stretched by `factor` from its send."""
     out = copy.deepcopy(trace)
