@@ -174,6 +174,13 @@ def _ms_table(points: list) -> str:
     return ", ".join(f"{n}: {v * 1e3:.2f}" for n, v in points)
 
 
+def _show(term: str, value) -> str:
+    """A serving term as the calibration prints it: a table in ms, seconds as ms, per byte as ms per MB."""
+    if isinstance(value, list):
+        return _ms_table(value)
+    return f"{value * 1e9:.2f} ms/MB" if term == "serving_per_byte_s" else f"{value * 1e3:.2f} ms"
+
+
 def _rounded(value):
     return value if isinstance(value, list) else float(f"{value:.4g}")
 
@@ -226,13 +233,11 @@ def calibrate(model: str, engine_only: bool = False, say=print, repeats: int = R
         "scenarios": [s.name for s in scenarios], "rounds": repeats, **counts,
         "terms_fitted_on_each_round": spread, "live_over_sim_p50": fit})
     say(f"serving terms (live, {repeats} rounds together): a step's events -> ms beyond the engine "
-        f"{_ms_table(profile.serving_s)}, per request {profile.per_request_s * 1e3:.2f} ms, "
-        f"lone request latency {profile.request_latency_s * 1e3:.2f} ms, "
-        f"per MB the clients read {profile.serving_per_byte_s * 1e9:.2f} ms")
+        f"{_show('serving_s', profile.serving_s)}, per request {_show('per_request_s', profile.per_request_s)}, "
+        f"lone request latency {_show('request_latency_s', profile.request_latency_s)}, "
+        f"written to clients {_show('serving_per_byte_s', profile.serving_per_byte_s)}")
     for term, values in spread.items():
         if values:
-            say(f"  {term} fitted on each round alone: " + "; ".join(
-                _ms_table(v) if isinstance(v, list) else f"{v * 1e3:.2f} ms" if "byte" not in term
-                else f"{v * 1e9:.2f} ms/MB" for v in values))
+            say(f"  {term} fitted on each round alone: " + "; ".join(_show(term, v) for v in values))
     say(f"fit, live/sim p50 on the calibration runs: {fit}")
     return profile

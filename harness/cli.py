@@ -39,7 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
     suite.add_argument("-k", dest="pattern", default="", help="only scenarios whose name contains this")
     suite.add_argument("--parity-profile", choices=["session", "committed"], default="session",
                        help="the cost model parity's simulation uses: fitted on this machine at the start of the "
-                            "run (~40 s; default), or the committed scenarios/profiles/<model>.json")
+                            "run (~1.5 min; default), or the committed scenarios/profiles/<model>.json")
     suite.add_argument("--update-baseline", action="store_true",
                        help="write each run's latency figures to scenarios/baselines.json (the CI gate)")
     scen_sub.add_parser("schema", help=f"write the JSON Schema of the format to {SCHEMA_PATH}")
@@ -115,6 +115,8 @@ def _run(console: Console, scenario, mode: str, ctx):
         task = bar.add_task("clients", total=sum(g.count for g in scenario.groups))
         return run_scenario(scenario, mode, ctx,
                             progress=lambda done, total: bar.update(task, completed=done, total=total))
+
+
 def _fit_session_profile(console: Console, ctx, files) -> None:
     """Parity's cost model, fitted on this machine now (harness.runner.use_session_profile)."""
     from harness.live_run import live_unavailable

@@ -115,12 +115,14 @@ class StepCostProfile:
 
     def served_decode(self, batch: int) -> float:
         """A decode step of this batch in the live server (each stream's token handed over)."""
-        return max(self.idle_step_s, self.engine_time(batch) + self.serving_cost(batch))
+        return self._served(self.engine_time(batch), batch)
 
     def served_cost(self, out: StepOutput) -> float:
         """The same work in the live server: the engine, plus delivering its events."""
-        events = len(out.tokens) + len(out.finished)
-        return max(self.idle_step_s, self.engine_cost(out) + self.serving_cost(events))
+        return self._served(self.engine_cost(out), len(out.tokens) + len(out.finished))
+
+    def _served(self, engine_s: float, events: int) -> float:
+        return max(self.idle_step_s, engine_s + self.serving_cost(events))
 
     def save(self, path: Path | None = None) -> Path:
         path = path or PROFILES / f"{self.model}.json"
@@ -198,8 +200,8 @@ def _calibrate_engine(model_name: str, repeats: int) -> StepCostProfile:
     decode = [decode_ms(b, prompts) for b in batches]
     # A timed step's sequences hold the prompt, the first token and the warm-up and earlier steps' tokens.
     context_ref = short + 1 + warmup + (steps - 1) / 2
-    long_prompts = [(p * (long // short + 1))[:long] for p in prompts]  # timing only: any ids will do
-    per_context = statistics.median((decode_ms(b, long_prompts) - d) / 1e3 / (b * (long - short))
+    long_contexts = [(p * (long // short + 1))[:long] for p in prompts]  # timing only: any ids will do
+    per_context = statistics.median((decode_ms(b, long_contexts) - d) / 1e3 / (b * (long - short))
                                     for b, d in zip(batches, decode) if b >= 4)
     lengths = [8, 32, 64, 128]
     long_prompts = [t for p in fixed_length_prompts(loaded, 8, 32) for t in p]  # 256 tokens of real text

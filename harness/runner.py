@@ -203,7 +203,7 @@ def run_scenario(scenario: Scenario, mode: str, ctx: RunContext, progress=None) 
 
 
 def use_session_profile(ctx: RunContext, models: list[str], say=print) -> list[StepCostProfile]:
-    """Fit the cost model on this machine now (`calibrate`, ~40 s, nothing written) and judge
+    """Fit the cost model on this machine now (`calibrate`, ~1.5 min, nothing written) and judge
     parity against a simulation that uses it. The committed profile still drives the "sim"
     runs, so the simulated checks and their tight gate stay deterministic; but a machine's
     speed drifts (the same engine step measured 1.1-1.45x apart on one machine within two

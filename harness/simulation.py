@@ -135,8 +135,7 @@ class SimConnection:
         if self.server_idle():  # an idle server wakes up for it: its loop, the step thread (calibrated on lone requests)
             await asyncio.sleep(self.request_latency_s)
         if self.core is not None and self.per_request_s:  # HTTP, JSON, tokenizing: on the server's one core
-            loop = asyncio.get_running_loop()
-            await asyncio.sleep(max(0.0, self.core.take(self.per_request_s) - loop.time()))
+            await self.core.spend(self.per_request_s)
         if self.gone.is_set():
             return
         scope = {"type": "http", "asgi": {"version": "3.0", "spec_version": "2.3"}, "http_version": "1.1",
@@ -161,10 +160,9 @@ class SimConnection:
                 asyncio.get_running_loop().call_later(self.latency_s, self._deliver_head, head)
                 return
             chunk = message.get("body", b"")
-            if chunk and self.core is not None and self.per_byte_s:  # the write's bytes: on the server's one core
-                loop = asyncio.get_running_loop()
-                await asyncio.sleep(max(0.0, self.core.take(self.per_byte_s * len(chunk)) - loop.time()))
             if chunk:
+                if self.core is not None and self.per_byte_s:  # the write's bytes: on the server's one core
+                    await self.core.spend(self.per_byte_s * len(chunk))
                 await self.pipe.write(chunk, self.gone)
             if not message.get("more_body", False):
                 self.pipe.write_eof()
@@ -219,6 +217,10 @@ class ServerCore:
         start = max(asyncio.get_running_loop().time(), self.busy_until)
         self.busy_until = start + seconds
         return self.busy_until
+
+    async def spend(self, seconds: float) -> None:
+        """Queue `seconds` of work and wait until it is done."""
+        await asyncio.sleep(max(0.0, self.take(seconds) - asyncio.get_running_loop().time()))
 
 
 @dataclass
