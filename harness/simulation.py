@@ -20,8 +20,9 @@ from contextlib import asynccontextmanager
 
 from harness.backend import ServerBooks
 from harness.clock import run_virtual
+from harness.cores import server_threads
 from harness.plan import PlannedClient, loaded_model
-from harness.profile import StepCostProfile, load_profile
+from harness.profile import StepCostProfile, load_profile, torch_threads
 from harness.scenario import BandwidthToxic, GroupSpec, LatencyToxic, Scenario
 from harness.wire import StreamlabWire
 from streamlab.app import create_app
@@ -368,7 +369,10 @@ class SimBackend:
         self.profiles = {p.model: p for p in profiles}  # others: the model's profile in scenarios/profiles/
 
     def run(self, main):
-        return run_virtual(main)
+        # The real steps run with the torch threads the profile's engine terms were measured with
+        # (a live server's, harness.cores); on torch's default the drift check read 2.4x at overlap_8.
+        with torch_threads(server_threads()):
+            return run_virtual(main)
 
     @asynccontextmanager
     async def serving(self, scenario: Scenario):
