@@ -123,6 +123,11 @@ class Stream:
     close_reason: str | None = None
     paused: bool = False
     at_limit_since: float | None = None
+    # The client's share of the time at the limit (policies.py): writes it held, summed, and the
+    # one it holds now. A write the transport takes at once returns before anything else runs,
+    # so writing_since is seen set only while the client pushes back (or while nobody reads).
+    stalled_s: float = 0.0
+    writing_since: float | None = None
     completion_tokens: int = 0
     max_queued: int = 0
     next_id: int = 1
@@ -241,7 +246,7 @@ class Hub:
         if self.draining:
             raise ShuttingDown("the server is shutting down")
         gated = self.admission == "deadline" and ttft_deadline_s is not None
-        if gated:
+        if gated and self.step_costs.measured():  # unmeasured: admitted, and dropped if it waits past the deadline
             predicted = predict_ttft_s(self.engine.queue_snapshot(), len(prompt_ids), self.step_costs)
             if predicted > ttft_deadline_s:
                 self.counters["deadline_refused"] += 1
@@ -279,7 +284,9 @@ class Hub:
         A resumed connection first gets `replay`; it stops as soon as another connection takes over."""
         attachment = stream.attachment
         for event in replay:
+            stream.writing_since = self.clock()
             yield event
+            self._written(stream)
         while stream.attachment == attachment:
             if stream.queue:
                 event = stream.queue.popleft()
@@ -290,7 +297,9 @@ class Hub:
                     yield event
                     return
                 self._apply_backpressure(stream)
+                stream.writing_since = self.clock()
                 yield event
+                self._written(stream)
                 continue
             if stream.closed or stream.end_taken:
                 return
@@ -335,6 +344,7 @@ class Hub:
                             f"{self.resume.buffer_events} events or {self.resume.buffer_bytes} bytes)")
         stream.attachment += 1  # a connection still attached stops at its next event
         stream.detached_since = None
+        self._written(stream)  # the old connection's write no longer counts against the client
         if stream.expiry is not None:
             stream.expiry.cancel()
             stream.expiry = None
@@ -350,6 +360,7 @@ class Hub:
             self.close(stream, "shutting_down" if self.draining else "client_gone")
             return
         stream.detached_since = self.clock()
+        stream.writing_since = stream.writing_since or stream.detached_since  # nobody takes its events now
         assert self._loop is not None
         stream.expiry = self._loop.call_later(self.resume.window_s, self._expire, stream, attachment)
 
@@ -399,11 +410,26 @@ class Hub:
         if self.on_wish is not None:
             self.on_wish()
 
+    def _client_stalled_s(self, stream: Stream, now: float) -> float:
+        if stream.at_limit_since is None:
+            return 0.0
+        holding = now - max(stream.writing_since, stream.at_limit_since) if stream.writing_since is not None else 0.0
+        return stream.stalled_s + max(0.0, holding)
+
+    def _written(self, stream: Stream) -> None:
+        """The connection took the write it was handed: its time counts if the stream was at the limit."""
+        stream.stalled_s = self._client_stalled_s(stream, self.clock())
+        stream.writing_since = None
+
     def _apply_backpressure(self, stream: Stream) -> None:
         if stream.finished or stream.closed:
             return
-        decision = backpressure(self.cfg, len(stream.queue), stream.paused, stream.at_limit_since, self.clock())
+        now = self.clock()
+        decision = backpressure(self.cfg, len(stream.queue), stream.paused, stream.at_limit_since, now,
+                                self._client_stalled_s(stream, now))
         stream.at_limit_since = decision.at_limit_since
+        if decision.at_limit_since is None:
+            stream.stalled_s = 0.0
         if decision.action is Action.PAUSE:
             stream.paused = True
             self.engine.pause(stream.request_id)
@@ -413,7 +439,7 @@ class Hub:
             self._wake()
         elif decision.action is Action.DROP:
             self._end_with_error(stream, "slow_client",
-                                 f"the client stayed {self.cfg.queue_limit} events behind for over "
+                                 f"the client held the stream {self.cfg.queue_limit} events behind for over "
                                  f"{self.cfg.stall_timeout_s} s")
 
     async def _stall_ticker(self) -> None:

@@ -3,8 +3,12 @@
   naive            the step loop waits for each stream to take its event (everyone pays)
   unbounded        queue without limit (memory pays)
   pause            a stream at the queue limit leaves the decode batch (its own blocks and slot pay)
-  drop             a stream at the limit for longer than the stall timeout is cancelled (it pays)
-  pause_then_drop  pause at the limit; cancel if still there after the stall timeout
+  drop             a stream whose client holds it at the limit for the stall timeout is cancelled (it pays)
+  pause_then_drop  pause at the limit; cancel if its client still holds it there after the stall timeout
+
+A stream is blamed only for its own client. Its stall clock runs while it is at the limit and its
+connection holds a write the client has not taken; not while its writer merely waits its turn on
+the server's event loop (busy with other writes, or waiting for the GIL): that lag is the server's.
 """
 
 from __future__ import annotations
@@ -48,13 +52,14 @@ class Decision:
 
 
 def backpressure(cfg: BackpressureConfig, queued: int, paused: bool, at_limit_since: float | None,
-                 now: float) -> Decision:
-    """What to do with a stream that has `queued` events its reader has not taken."""
+                 now: float, client_stalled_s: float) -> Decision:
+    """What to do with a stream that has `queued` events its reader has not taken. `client_stalled_s`:
+    of its time at the limit, how long its client held a write without taking it."""
     at_limit = queued >= cfg.queue_limit
     since = (now if at_limit_since is None else at_limit_since) if at_limit else None
     if cfg.policy in (Policy.NAIVE, Policy.UNBOUNDED):
         return Decision(Action.NONE, since)
-    stalled = since is not None and now - since > cfg.stall_timeout_s
+    stalled = since is not None and client_stalled_s > cfg.stall_timeout_s
     if stalled and cfg.policy in (Policy.DROP, Policy.PAUSE_THEN_DROP):
         return Decision(Action.DROP, since)
     if cfg.policy in (Policy.PAUSE, Policy.PAUSE_THEN_DROP):

@@ -264,6 +264,33 @@ async def run_slow_reader_mix(tiny, policy: str, slow: int = 1, slow_tokens: int
         return replies[:slow], replies[slow:], healthy_done, max_paused, reserved_while_paused, svc.hub
 
 
+@pytest.mark.parametrize("policy", ["drop", "pause_then_drop"])
+async def test_only_the_client_is_blamed_for_a_stall(tiny, policy):
+    """A stream far past the queue limit whose writer never got the event loop (nobody iterates
+    its events: the server's own lag) is not dropped, however long that lasts; once a connection
+    holds a write its client does not take, the stall timeout drops it."""
+    from streamlab.sampling import SamplingParams
+
+    config = cfg(backpressure=BackpressureConfig(Policy(policy), queue_limit=4, stall_timeout_s=0.05))
+    async with running_service(config, tiny) as svc:
+        hub = svc.hub
+        stream = hub.open(tiny.tokenizer.encode(PROMPT), SamplingParams(max_new_tokens=400, ignore_eos=True), [])
+        for _ in range(400):  # bounded: 2 s
+            if len(stream.queue) >= 4:
+                break
+            await asyncio.sleep(0.005)
+        await asyncio.sleep(0.25)  # 5x the stall timeout, at the limit, the stall ticker running
+        assert len(stream.queue) >= 4 and not stream.finished, hub.cancellations
+        events = hub.events(stream, keepalive_s=60)
+        await events.__anext__()  # handed to a connection whose client never takes it
+        await asyncio.sleep(0.25)
+        assert stream.finished and stream.queue[-1].payload["error"]["type"] == "slow_client"
+        assert hub.cancellations["slow_client"] == 1
+        await events.aclose()
+        hub.close(stream, "client_gone")
+        assert_clean(await svc.settle())
+
+
 async def test_naive_policy_stalls_the_healthy_streams(tiny):
     """The negative control: the step loop waits for the slow reader, so everyone does."""
     slow, healthy, healthy_done, *_ = await run_slow_reader_mix(tiny, "naive")

@@ -3,9 +3,10 @@ import pytest
 from streamlab.policies import Action, BackpressureConfig, Policy, admits, backpressure
 
 
-def decide(policy, queued, paused=False, since=None, now=10.0):
+def decide(policy, queued, paused=False, since=None, now=10.0, stalled=None):
+    """`stalled`: the client's share of the time at the limit; by default all of it."""
     cfg = BackpressureConfig(Policy(policy), queue_limit=8, stall_timeout_s=0.25)
-    return backpressure(cfg, queued, paused, since, now)
+    return backpressure(cfg, queued, paused, since, now, now - since if stalled is None and since else stalled or 0.0)
 
 
 @pytest.mark.parametrize("policy", ["naive", "unbounded"])
@@ -26,6 +27,15 @@ def test_drop_only_after_the_stall_timeout_at_the_limit():
     assert decide("drop", 8, since=9.8).action is Action.NONE  # 0.2 s at the limit
     assert decide("drop", 8, since=9.7).action is Action.DROP  # 0.3 s
     assert decide("drop", 7, since=9.0).at_limit_since is None  # caught up: the clock restarts
+
+
+def test_only_the_clients_share_of_the_time_at_the_limit_counts():
+    """A second at the limit, but the connection took its writes as they came: the server's own
+    loop was late (busy with other writes, or waiting for the GIL), so nobody is dropped."""
+    for policy in ("drop", "pause_then_drop"):
+        assert decide(policy, 8, paused=True, since=9.0, stalled=0.0).action is not Action.DROP
+        assert decide(policy, 8, paused=True, since=9.0, stalled=0.2).action is not Action.DROP
+        assert decide(policy, 8, paused=True, since=9.0, stalled=0.3).action is Action.DROP
 
 
 def test_pause_then_drop_pauses_first_then_drops():
