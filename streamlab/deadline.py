@@ -4,7 +4,9 @@ deadline cannot be met. No clock and no I/O here: the hub feeds steps in and ask
 
 The predictor, in short:
 - A step costs about `fixed + per_row x rows` (rows: decode tokens plus prompt tokens in it),
-  fitted by least squares over the last steps the server ran (a prior until enough are seen).
+  fitted by least squares over the last steps the server ran. Until enough are seen there is
+  nothing to predict with, and the gate admits (hub.py): refusing on a guess would refuse a
+  fresh server's every request under a tight deadline, and it would never run a step to learn.
 - Prompt tokens ahead: those of running sequences not yet prefilled, of every waiting request,
   and the request's own. With chunked prefill a step carries the running decodes and fills the
   rest of its budget with them; without it they run as one long prefill before the next decode.
@@ -52,6 +54,11 @@ class StepCostModel:
             with self._lock:
                 self.points.append((rows, seconds))
                 self._fit = None
+
+    def measured(self) -> bool:
+        """Enough steps seen for a fit (before that, coefficients() is the prior, a guess)."""
+        with self._lock:
+            return len(self.points) >= self.min_points
 
     def coefficients(self) -> tuple[float, float]:
         with self._lock:

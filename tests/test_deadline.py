@@ -80,6 +80,10 @@ async def slot_taken(svc):
     running = asyncio.ensure_future(svc.call("/v1/stream", {"prompt": PROMPT, "max_new_tokens": 400,
                                                             "ignore_eos": True}, disconnect=gone))
     await svc.until(lambda s: s["running"] == 1)
+    for _ in range(400):  # bounded: 2 s; the gate predicts once it has seen enough steps
+        if svc.hub.step_costs.measured():
+            break
+        await asyncio.sleep(0.005)
     try:
         yield
     finally:
@@ -107,6 +111,19 @@ async def test_an_unmeetable_deadline_is_refused_before_the_first_byte(tiny):
         stats = await svc.settle()
         assert_clean(stats)
         assert stats["deadline_refused"] == 2 and stats["requests_accepted"] == 1
+
+
+@pytest.mark.asyncio
+async def test_a_fresh_server_admits_what_it_cannot_yet_predict(tiny):
+    """No step measured yet: the prior (10 ms + 1 ms per row) would call 20 ms unmeetable for any
+    prompt, and a server that refuses everything never runs a step to learn otherwise."""
+    async with running_service(gated(), tiny) as svc:
+        assert not svc.hub.step_costs.measured()
+        reply = await svc.call("/v1/stream", {"prompt": PROMPT, "max_new_tokens": 16, "ignore_eos": True,
+                                              "ttft_deadline_ms": 20})
+        assert reply.status == 200 and len(reply.tokens) == 16
+        assert svc.hub.step_costs.measured()
+        assert_clean(await svc.settle())
 
 
 @pytest.mark.asyncio
