@@ -1,5 +1,5 @@
 """Overload under the two admission rules: scenarios/overload_waiting_limit.yaml and
-overload_deadline.yaml (the same Poisson load at about 1.5x what the server sustains), each
+overload_deadline.yaml (the same Poisson load at about 2.5x what the server sustains), each
 run in simulation and live. Goodput: requests that met the group's SLO, per second of the run."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Overload under the two admission rules (the chapter's exercise 5): the same Poisson load at
-about 1.5x what the server sustains, once with the waiting limit and once with the deadline
+about 2.5x what the server sustains, once with the waiting limit and once with the deadline
 gate. The deadline rule must give the better goodput (requests that met the SLO) and the lower
 p99 TTFT among the requests it admitted, in simulation and live."""
 
@@ -23,7 +23,7 @@ def check(f: dict[str, dict], control_holds: bool = True) -> None:
 
 def test_the_deadline_rule_beats_the_waiting_limit_in_simulation():
     """The rules compared with each other. The waiting limit's negative control (its goodput under
-    30%) is sized to live capacity, which the simulation overstates under this load (the files
+    25%) is sized to live capacity, which the simulation overstates under this load (the files
     run live only), so it is not asked of the simulation."""
     check(figures("sim"), control_holds=False)
 
