@@ -274,17 +274,22 @@ async def test_only_the_client_is_blamed_for_a_stall(tiny, policy):
     config = cfg(backpressure=BackpressureConfig(Policy(policy), queue_limit=4, stall_timeout_s=0.05))
     async with running_service(config, tiny) as svc:
         hub = svc.hub
-        stream = hub.open(tiny.tokenizer.encode(PROMPT), SamplingParams(max_new_tokens=400, ignore_eos=True), [])
+        # Long enough to still run through both waits below (1000 steps: about 0.3 s on a fast machine).
+        stream = hub.open(tiny.tokenizer.encode(PROMPT), SamplingParams(max_new_tokens=1000, ignore_eos=True), [])
         for _ in range(400):  # bounded: 2 s
             if len(stream.queue) >= 4:
                 break
             await asyncio.sleep(0.005)
-        await asyncio.sleep(0.25)  # 5x the stall timeout, at the limit, the stall ticker running
+        await asyncio.sleep(0.15)  # 3x the stall timeout, at the limit, the stall ticker running
         assert len(stream.queue) >= 4 and not stream.finished, hub.cancellations
         events = hub.events(stream, keepalive_s=60)
         await events.__anext__()  # handed to a connection whose client never takes it
-        await asyncio.sleep(0.25)
-        assert stream.finished and stream.queue[-1].payload["error"]["type"] == "slow_client"
+        for _ in range(200):  # bounded: 1 s
+            if stream.finished:
+                break
+            await asyncio.sleep(0.005)
+        assert stream.finished and stream.queue[-1].kind == "error", stream.queue[-1]
+        assert stream.queue[-1].payload["error"]["type"] == "slow_client"
         assert hub.cancellations["slow_client"] == 1
         await events.aclose()
         hub.close(stream, "client_gone")
