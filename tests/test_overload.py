@@ -17,7 +17,9 @@ def check(f: dict[str, dict], control_holds: bool = True) -> None:
         waiting_failed = [line for line in waiting_failed if not line.startswith("goodput (negative control")]
     assert not f["deadline"]["failed_checks"] and not waiting_failed, f
     deadline, waiting = f["deadline"], f["waiting_limit"]
-    assert deadline["per_s"] > waiting["per_s"], f
+    # The same load, one run after the other: the deadline rule's goodput per second measured
+    # 4.1-8.3x the waiting limit's (live and simulated); 2x leaves room for a loaded machine.
+    assert deadline["per_s"] >= 2 * waiting["per_s"], f
     assert deadline["ttft_p99_admitted_s"] < waiting["ttft_p99_admitted_s"], f
 
 
