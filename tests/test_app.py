@@ -276,19 +276,13 @@ async def test_only_the_client_is_blamed_for_a_stall(tiny, policy):
         hub = svc.hub
         # Long enough to still run through both waits below (1000 steps: about 0.3 s on a fast machine).
         stream = hub.open(tiny.tokenizer.encode(PROMPT), SamplingParams(max_new_tokens=1000, ignore_eos=True), [])
-        for _ in range(400):  # bounded: 2 s
-            if len(stream.queue) >= 4:
-                break
-            await asyncio.sleep(0.005)
+        await svc.until(lambda _: len(stream.queue) >= 4, deadline_s=2.0)
         await asyncio.sleep(0.15)  # 3x the stall timeout, at the limit, the stall ticker running
         assert len(stream.queue) >= 4 and not stream.finished, hub.cancellations
         events = hub.events(stream, keepalive_s=60)
         await events.__anext__()  # handed to a connection whose client never takes it
-        for _ in range(200):  # bounded: 1 s
-            if stream.finished:
-                break
-            await asyncio.sleep(0.005)
-        assert stream.finished and stream.queue[-1].kind == "error", stream.queue[-1]
+        await svc.until(lambda _: stream.finished, deadline_s=1.0)
+        assert stream.queue[-1].kind == "error", stream.queue[-1]
         assert stream.queue[-1].payload["error"]["type"] == "slow_client"
         assert hub.cancellations["slow_client"] == 1
         await events.aclose()

@@ -80,10 +80,7 @@ async def slot_taken(svc):
     running = asyncio.ensure_future(svc.call("/v1/stream", {"prompt": PROMPT, "max_new_tokens": 400,
                                                             "ignore_eos": True}, disconnect=gone))
     await svc.until(lambda s: s["running"] == 1)
-    for _ in range(400):  # bounded: 2 s; the gate predicts once it has seen enough steps
-        if svc.hub.step_costs.measured():
-            break
-        await asyncio.sleep(0.005)
+    await svc.until(lambda _: svc.hub.step_costs.measured(), deadline_s=2.0)  # the gate predicts from here
     try:
         yield
     finally:

@@ -6,7 +6,9 @@ from streamlab.policies import Action, BackpressureConfig, Policy, admits, backp
 def decide(policy, queued, paused=False, since=None, now=10.0, stalled=None):
     """`stalled`: the client's share of the time at the limit; by default all of it."""
     cfg = BackpressureConfig(Policy(policy), queue_limit=8, stall_timeout_s=0.25)
-    return backpressure(cfg, queued, paused, since, now, now - since if stalled is None and since else stalled or 0.0)
+    if stalled is None:
+        stalled = now - since if since is not None else 0.0
+    return backpressure(cfg, queued, paused, since, now, stalled)
 
 
 @pytest.mark.parametrize("policy", ["naive", "unbounded"])
