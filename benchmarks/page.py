@@ -299,13 +299,17 @@ def proxy_section(p: dict | None) -> str:
         _slow_words(p["slow_reader"]) + " A client's FIN or RST still reaches the server through nginx "
         "(`scenarios/proxy_nginx*.yaml`: released within a step).", "",
         "An idle stream (waiting for a slot, nothing to send) behind `proxy_read_timeout` 0.4 s "
-        "(`scenarios/proxy_idle_*.yaml`):", "",
+        "(`scenarios/proxy_idle_*.yaml`; the slot is held for 1 s by a client that left, through its resume "
+        "window):", "",
         _table(["scenario", "keep-alive every s", "proxy read timeout s", "waiting stream", "its TTFT ms",
                 "all released"], idle_rows), "",
         "Without keep-alive comments nginx cuts the silent stream at its read timeout (the client sees the "
-        "response end early; the server sees its client go and releases the request); a comment more often "
-        "than the timeout keeps it open. So `--keepalive` must be shorter than every proxy's read timeout "
-        "on the path (nginx's default is 60 s; ours is 15 s).", "",
+        "response end early; the server sees its client go, and keeps the request for its resume window "
+        "before it releases it); a comment more often than the timeout keeps it open. So `--keepalive` must "
+        "be shorter than every proxy's read timeout on the path (nginx's default is 60 s; ours is 15 s). "
+        "nginx moves a read timer only when it moves by 300 ms or more (`NGX_TIMER_LAZY_DELAY`), so a "
+        "`proxy_read_timeout` under about 0.3 s cuts a stream that is sending tokens too: at 0.2 s a "
+        "900-token stream was cut after 0.2 s here, with tokens arriving every 0.6 ms.", "",
         f"Resumption keeps, per stream, the last {m['buffer_events']} events it sent (at most "
         f"{m['buffer_bytes_limit'] // 1024} KiB of payload) for `--resume-window` seconds after its client "
         f"leaves, plus what it could not send yet (up to `--queue-limit` events; then the sequence pauses). A "

@@ -52,7 +52,8 @@ class ProxySpec(Strict):
     kind: Literal["nginx"] = "nginx"
     tls: bool = Field(False, description="TLS to the client, with a self-signed certificate made at set-up")
     http2: bool = Field(False, description="HTTP/2 to the client (over TLS, as browsers speak it)")
-    read_timeout_s: float = Field(60.0, gt=0, description="proxy_read_timeout: an idle upstream is cut after this")
+    read_timeout_s: float = Field(60.0, gt=0, description="proxy_read_timeout: an idle upstream is cut after this "
+                                  "(under about 0.3 s nginx cuts a sending one too: its timers move only by 300 ms or more)")
     buffering: bool = Field(True, description="proxy_buffering (nginx's default: on)")
     honour_accel_buffering: bool = Field(True, description="false: nginx ignores the server's X-Accel-Buffering: no")
 
