@@ -148,31 +148,49 @@ def finish_reasons(scenario: Scenario, trace: Trace) -> CheckResult:
     return CheckResult("finish_reasons", not problems, "; ".join(figures), bound, problems)
 
 
-def latency(scenario: Scenario, trace: Trace, baselines: dict[str, Trace]) -> CheckResult:
+def latency(scenario: Scenario, trace: Trace, baselines: dict[str, Trace],
+            again: tuple[Trace, dict[str, Trace]] | None = None) -> CheckResult:
+    """Each latency bound, absolute or a ratio to a group (of this or another scenario). `again`:
+    a second run of the scenario and of its baseline scenarios, made back to back; each bound is
+    then judged on the better of the two runs (its lower ratio), so one live run slowed by the
+    shared machine does not fail it, and a real stall, slow in both, still does."""
+    runs = [(trace, baselines)] + ([again] if again is not None else [])
     problems, figures, bounds = [], [], []
     for b in scenario.expect.latency:
-        value = percentile(metric_values(trace.group(b.group), b.metric), b.percentile)
         label = f"{b.group} {b.metric} p{b.percentile:g}"
-        if value is None:
-            problems.append(f"{label}: no samples")
+        judged = [_latency_run(b, t, base) for t, base in runs]
+        if any(isinstance(j, str) for j in judged):
+            problems.append(next(j for j in judged if isinstance(j, str)))
             continue
+        value, limit, base = min(judged, key=lambda j: j[0] / j[1])
         if b.max_s is not None:
-            limit = b.max_s
             bounds.append(f"{label} <= {b.max_s:g}s")
         else:
-            base_trace = baselines[b.baseline_scenario] if b.baseline_scenario else trace
-            base_group = b.baseline_group or b.group  # in the baseline scenario, if one is named
-            base = percentile(metric_values(base_trace.group(base_group), b.metric), b.percentile)
-            if not base:
-                problems.append(f"{label}: baseline {b.baseline_scenario or ''}{base_group} has no samples")
-                continue
-            limit = b.max_ratio * base
-            bounds.append(f"{label} <= {b.max_ratio:g} x {b.baseline_scenario or 'group'} {base_group} "
-                          f"({base * 1e3:.1f}ms)")
+            bounds.append(f"{label} <= {b.max_ratio:g} x {b.baseline_scenario or 'group'} "
+                          f"{b.baseline_group or b.group} ({base * 1e3:.1f}ms)")
         figures.append(f"{label} {value * 1e3:.1f}ms")
         if value > limit:
             problems.append(f"{label} = {value * 1e3:.1f}ms > {limit * 1e3:.1f}ms")
-    return CheckResult("latency", not problems, "; ".join(figures) or "none", "; ".join(bounds), problems)
+    shown = "; ".join(figures) or "none"
+    if again is not None:
+        shown += " (better of 2 runs)"
+    return CheckResult("latency", not problems, shown, "; ".join(bounds), problems)
+
+
+def _latency_run(b, trace: Trace, baselines: dict[str, Trace]) -> tuple[float, float, float | None] | str:
+    """One run's (value, limit, baseline value) for bound `b`, or what is missing."""
+    label = f"{b.group} {b.metric} p{b.percentile:g}"
+    value = percentile(metric_values(trace.group(b.group), b.metric), b.percentile)
+    if value is None:
+        return f"{label}: no samples"
+    if b.max_s is not None:
+        return value, b.max_s, None
+    base_trace = baselines[b.baseline_scenario] if b.baseline_scenario else trace
+    base_group = b.baseline_group or b.group  # in the baseline scenario, if one is named
+    base = percentile(metric_values(base_trace.group(base_group), b.metric), b.percentile)
+    if not base:
+        return f"{label}: baseline {b.baseline_scenario or ''}{base_group} has no samples"
+    return value, b.max_ratio * base, base
 
 
 def goodput_check(scenario: Scenario, trace: Trace) -> CheckResult:

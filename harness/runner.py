@@ -16,7 +16,7 @@ from pathlib import Path
 
 from harness.backend import Backend
 from harness.baseline import load_baselines, regression
-from harness.checks import CheckResult, parity, run_checks, timing_only
+from harness.checks import CheckResult, latency, parity, run_checks, timing_only
 from harness.clients import StreamRecord, launch
 from harness.live_run import LiveBackend
 from harness.plan import PlannedClient, loaded_model, plan, sampling_params
@@ -134,7 +134,7 @@ class Outcome:
     scenario: Scenario
     trace: Trace
     checks: list[CheckResult]
-    again: Trace | None = None  # a second live run, when parity's timing needed it
+    again: Trace | None = None  # a second live run, when a latency, regression or parity check needed it
 
     @property
     def ok(self) -> bool:
@@ -149,6 +149,24 @@ def trace_for(scenario: Scenario, mode: str, ctx: RunContext) -> Trace:
     if (scenario.name, mode) not in ctx.traces:
         ctx.traces[(scenario.name, mode)] = run_trace(scenario, ctx.backends[mode])[0]
     return ctx.traces[(scenario.name, mode)]
+
+
+def latency_baselines(scenario: Scenario, mode: str, ctx: RunContext, trace: Trace, run) -> dict[str, Trace]:
+    """The traces of the scenarios its latency bounds name as baselines; `trace` stands for its
+    own name, and run(scenario, mode, ctx) gives each other one's trace."""
+    baselines: dict[str, Trace] = {}
+    for bound in scenario.expect.latency:
+        name = bound.baseline_scenario
+        if not name or name in baselines:
+            continue
+        if name == scenario.name:
+            baselines[name] = trace
+            continue
+        base = ctx.loader(name)
+        if any(b.baseline_scenario not in (None, name) for b in base.expect.latency):
+            raise ValueError(f"{scenario.name}: baseline {name!r} has a baseline of its own; chains are refused")
+        baselines[name] = run(base, mode, ctx)
+    return baselines
 
 
 def run_scenario(scenario: Scenario, mode: str, ctx: RunContext, progress=None) -> Outcome:
@@ -167,39 +185,42 @@ def run_scenario(scenario: Scenario, mode: str, ctx: RunContext, progress=None) 
         solo = trace.references
     else:
         solo = solo_runs(scenario, loaded, planned, trace.streams, ctx.solo)
-    baselines = {}
-    for bound in scenario.expect.latency:
-        name = bound.baseline_scenario
-        if not name or name in baselines:
-            continue
-        if name == scenario.name:
-            baselines[name] = trace
-            continue
-        base = ctx.loader(name)
-        if any(b.baseline_scenario not in (None, name) for b in base.expect.latency):
-            raise ValueError(f"{scenario.name}: baseline {name!r} has a baseline of its own; chains are refused")
-        baselines[name] = trace_for(base, mode, ctx)
+    baselines = latency_baselines(scenario, mode, ctx, trace, trace_for)
     checks = run_checks(scenario, trace, solo, baselines)
+    seconds: list[Trace] = []
+
+    def again() -> Trace:
+        """A second live run of this scenario, made once and shared by every check that asks."""
+        if not seconds:
+            seconds.append(run_trace(scenario, ctx.backends[mode])[0])
+        return seconds[0]
+
+    first = next((c for c in checks if c.name == "latency"), None)
+    if mode == "live" and first is not None and first.passed is False:
+        # The same verdict rule for a negative control: it must fail on both runs. Its baselines
+        # are run again too, just after it: a ratio of two runs made back to back.
+        fresh = latency_baselines(scenario, mode, ctx, again(), lambda s, m, c: run_trace(s, c.backends[m])[0])
+        second = latency(scenario, trace, baselines, (again(), fresh))
+        second.expected_to_fail = first.expected_to_fail
+        checks[checks.index(first)] = second
     gate = regression(trace, ctx.baselines)
     if gate is not None and not gate.passed and mode == "live":
-        gate = regression(trace, ctx.baselines, again=run_trace(scenario, ctx.backends[mode])[0])
+        gate = regression(trace, ctx.baselines, again=again())
     if gate is not None:
         checks.append(gate)
-    again = None
     if mode == "live" and "sim" in scenario.modes:
         sim = trace_for(scenario, ctx.parity_mode, ctx)
         check = parity(scenario, trace, sim, ctx.judge_parity_timing)
         if ctx.judge_parity_timing and timing_only(check):
             # One live run's p50 moves by up to ~1.5x between runs on this shared machine (a batch-8
             # step took 1.25 ms in one run and 1.9 ms in the next): judge on two runs, not one.
-            again = run_trace(scenario, ctx.backends[mode])[0]
-            check = parity(scenario, trace, sim, ctx.judge_parity_timing, again)
+            check = parity(scenario, trace, sim, ctx.judge_parity_timing, again())
         checks.append(check)
     if ctx.results_dir is not None:
         from harness.report import timeline_png, write_result
         write_result(trace, checks, ctx.results_dir)
         timeline_png(trace, ctx.results_dir)
-    return Outcome(scenario, trace, checks, again)
+    return Outcome(scenario, trace, checks, seconds[0] if seconds else None)
 
 
 def use_session_profile(ctx: RunContext, models: list[str], say=print) -> list[StepCostProfile]:

@@ -226,3 +226,26 @@ def test_the_live_gate_takes_the_better_of_two_runs_and_still_fails_a_real_regre
     assert not regression(stalled, baselines).passed
     assert regression(stalled, baselines, again=fine).passed  # one stalled run is not a regression
     assert not regression(stalled, baselines, again=trace(0.600)).passed  # slow twice is
+
+
+def test_a_live_latency_ratio_takes_the_better_of_two_pairs_and_still_fails_a_real_stall():
+    """overlap_8's gap against overlap_1's: each pair is a run of the scenario and of its baseline;
+    one pair slowed by the shared machine passes on the other, a stall in both fails."""
+    from harness.checks import latency
+    from harness.clients import StreamRecord
+    from harness.report import Trace
+
+    def trace(name: str, gap_s: float) -> Trace:
+        times = [0.01 + k * gap_s for k in range(20)]
+        streams = [StreamRecord("streams", i, "reader", "p", {}, sent_at=0.0, token_times=times,
+                                ended_at=times[-1], finish="length") for i in range(2)]
+        return Trace(name, "live", 0, {}, streams, {}, [], [], [])
+    scenario = load_by_name("overlap_8")  # streams gap_s p50 <= 4 x overlap_1's
+    one = {"overlap_1": trace("overlap_1", 0.0005)}
+    slow, fine = trace("overlap_8", 0.0025), trace("overlap_8", 0.0012)
+    assert not latency(scenario, slow, one).passed
+    check = latency(scenario, slow, one, (fine, {"overlap_1": trace("overlap_1", 0.0006)}))
+    assert check.passed and "better of 2 runs" in check.figure
+    # The ratio is judged within a pair: a fast baseline in the second pair does not rescue it.
+    assert not latency(scenario, slow, one, (fine, {"overlap_1": trace("overlap_1", 0.0002)})).passed
+    assert not latency(scenario, slow, one, (trace("overlap_8", 0.0030), one)).passed
