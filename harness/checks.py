@@ -252,8 +252,8 @@ def release_within(scenario: Scenario, trace: Trace) -> CheckResult:
 
 
 def resumption(scenario: Scenario, trace: Trace) -> CheckResult:
-    """Reconnectors: every stream resumed and finished, on one request id, with event ids 1..n
-    read once each over all its connections (no event lost, none twice)."""
+    """Reconnectors: every stream resumed at least once and finished, on one request id, with
+    event ids 1..n read once each over all its connections (no event lost, none twice)."""
     reconnecting = {g.name for g in scenario.groups if isinstance(g.behaviour, Reconnector)}
     problems, resumed = [], 0
     streams = [s for s in trace.streams if s.group in reconnecting]
@@ -262,7 +262,11 @@ def resumption(scenario: Scenario, trace: Trace) -> CheckResult:
         rids = {e.rpartition(":")[0] for e in s.event_ids}
         numbers = [int(e.rpartition(":")[2]) for e in s.event_ids if e.rpartition(":")[2].isdigit()]
         resumed += sum(1 for st in s.resumes if st == 200)
-        if s.failure or s.finish is None:
+        if 200 not in s.resumes:
+            # Its fault or its own leaving never came while it streamed: the run proved nothing
+            # about resumption (a fault 0.3 s in missed 200-token streams that took 0.27 s).
+            problems.append(f"{who}: never resumed ({len(s.cuts)} cuts, resumes {s.resumes})")
+        elif s.failure or s.finish is None:
             problems.append(f"{who}: {s.failure or 'never finished'} (resumes {s.resumes})")
         elif len(rids) != 1 or (s.request_id and rids != {s.request_id}):
             problems.append(f"{who}: event ids from {sorted(rids)}")
@@ -273,7 +277,7 @@ def resumption(scenario: Scenario, trace: Trace) -> CheckResult:
     cuts = sum(len(s.cuts) for s in streams)
     return CheckResult("resumption", bool(streams) and not problems,
                        f"{len(streams)} reconnecting streams, {cuts} cuts, {resumed} resumes",
-                       "each resumed and finished; event ids 1..n once each; one request id", problems)
+                       "each resumed (at least once) and finished; event ids 1..n once each; one request id", problems)
 
 
 def waste(scenario: Scenario, trace: Trace) -> CheckResult:
