@@ -265,16 +265,23 @@ async def run_slow_reader_mix(tiny, policy: str, slow: int = 1, slow_tokens: int
 
 
 @pytest.mark.parametrize("policy", ["drop", "pause_then_drop"])
-async def test_only_the_client_is_blamed_for_a_stall(tiny, policy):
+async def test_only_the_client_is_blamed_for_a_stall(tiny, policy, monkeypatch):
     """A stream far past the queue limit whose writer never got the event loop (nobody iterates
     its events: the server's own lag) is not dropped, however long that lasts; once a connection
     holds a write its client does not take, the stall timeout drops it."""
+    from streamlab.engine.engine import BatchEngine
     from streamlab.sampling import SamplingParams
 
+    step = BatchEngine.step
+
+    def slow_step(self, on_prefill=None):
+        time.sleep(0.002)  # so that no machine finishes the 1000 steps (>= 2 s) before the drop (~0.25 s in)
+        return step(self, on_prefill)
+    monkeypatch.setattr(BatchEngine, "step", slow_step)
     config = cfg(backpressure=BackpressureConfig(Policy(policy), queue_limit=4, stall_timeout_s=0.05))
     async with running_service(config, tiny) as svc:
         hub = svc.hub
-        # Long enough to still run through both waits below (1000 steps: about 0.3 s on a fast machine).
+        # Under `drop` the sequence runs on at the limit: it must outlast both waits below.
         stream = hub.open(tiny.tokenizer.encode(PROMPT), SamplingParams(max_new_tokens=1000, ignore_eos=True), [])
         await svc.until(lambda _: len(stream.queue) >= 4, deadline_s=2.0)
         await asyncio.sleep(0.15)  # 3x the stall timeout, at the limit, the stall ticker running
