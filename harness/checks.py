@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from harness.report import Trace, goodput, metric_values, outcomes, percentile
-from harness.scenario import PARITY_COMPLETION, PARITY_TTFT, BadRequest, Reconnector, Scenario
+from harness.scenario import PARITY_COMPLETION, PARITY_TTFT, BadRequest, JoinWhile, Reconnector, Scenario
 from harness.targets import PROFILES, unobservable
 
 
@@ -280,6 +280,31 @@ def resumption(scenario: Scenario, trace: Trace) -> CheckResult:
                        "each resumed (at least once) and finished; event ids 1..n once each; one request id", problems)
 
 
+def arrivals(scenario: Scenario, trace: Trace) -> CheckResult:
+    """join_while groups: each client was sent while the group it joins still ran. A joiner that
+    came after the group ended proves nothing about joining a running batch (its latency bound
+    then passes trivially), which a faster machine would otherwise turn into a silent pass."""
+    problems, figures = [], []
+    for g in scenario.groups:
+        if not isinstance(g.arrival, JoinWhile):
+            continue
+        ends = [_ended(s) for s in trace.group(g.arrival.group)]
+        until = max((e for e in ends if e is not None), default=None)
+        joiners = trace.group(g.name)
+        late = [s for s in joiners if s.sent_at is None or until is None or s.sent_at >= until]
+        figures.append(f"{g.name}: {len(joiners) - len(late)}/{len(joiners)} sent while {g.arrival.group} ran"
+                       + (f" (until {until:.3f}s)" if until is not None else ""))
+        if late:
+            problems.append(f"{g.name}: {len(late)} sent after {g.arrival.group} ended")
+    return CheckResult("arrivals", not problems, "; ".join(figures),
+                       "every join_while client is sent while the group it joins runs", problems)
+
+
+def _ended(s) -> float | None:
+    """When a stream stopped running for its client: its last event, its close, or its last token."""
+    return s.ended_at or s.closed_at or (s.token_times[-1] if s.token_times else None)
+
+
 def waste(scenario: Scenario, trace: Trace) -> CheckResult:
     by_request = trace.release_by_request()
     generated = read = n = 0
@@ -328,6 +353,8 @@ def run_checks(scenario: Scenario, trace: Trace, solo: dict[int, list[int] | str
         results.append(unless_hidden("waste", lambda: waste(scenario, trace)))
     if any(isinstance(g.behaviour, Reconnector) for g in scenario.groups):
         results.append(resumption(scenario, trace))
+    if any(isinstance(g.arrival, JoinWhile) for g in scenario.groups):
+        results.append(arrivals(scenario, trace))
     if t is not None:
         results.append(capacity_restored(trace))
     for r in results:

@@ -336,7 +336,7 @@ class ReleaseWithin(Strict):
 
 
 CheckName = Literal["leak_free", "exactly_once", "identity", "finish_reasons", "latency", "release_within", "waste",
-                    "capacity_restored", "healthy", "resumption", "goodput", "engine_faults"]
+                    "capacity_restored", "healthy", "resumption", "goodput", "engine_faults", "arrivals"]
 
 
 Ratio = tuple[Annotated[float, Field(gt=0)], Annotated[float, Field(gt=0)]]

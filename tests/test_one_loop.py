@@ -249,3 +249,22 @@ def test_a_live_latency_ratio_takes_the_better_of_two_pairs_and_still_fails_a_re
     # The ratio is judged within a pair: a fast baseline in the second pair does not rescue it.
     assert not latency(scenario, slow, one, (fine, {"overlap_1": trace("overlap_1", 0.0002)})).passed
     assert not latency(scenario, slow, one, (trace("overlap_8", 0.0030), one)).passed
+
+
+def test_the_arrivals_check_fails_a_joiner_sent_after_its_group_ended():
+    """late_joiners_8's joiners must come while the running streams run: one sent after they all
+    ended would pass its latency bound for nothing."""
+    from harness.checks import arrivals
+    from harness.clients import StreamRecord
+    from harness.report import Trace
+
+    def record(group: str, i: int, sent: float, end: float) -> StreamRecord:
+        return StreamRecord(group, i, "reader", "p", {}, sent_at=sent, token_times=[sent + 0.01, end],
+                            ended_at=end, finish="length")
+    scenario = load_by_name("late_joiners_8")
+    running = [record("running", i, 0.0, 0.52) for i in range(8)]
+    ok = Trace("late_joiners_8", "sim", 0, {}, running + [record("joiners", 0, 0.3, 0.32)], {}, [], [], [])
+    assert arrivals(scenario, ok).passed
+    late = Trace("late_joiners_8", "sim", 0, {}, running + [record("joiners", 0, 0.6, 0.62)], {}, [], [], [])
+    check = arrivals(scenario, late)
+    assert not check.passed and check.details == ["joiners: 1 sent after running ended"]
