@@ -158,7 +158,7 @@ def latency(scenario: Scenario, trace: Trace, baselines: dict[str, Trace],
     problems, figures, bounds = [], [], []
     for b in scenario.expect.latency:
         label = f"{b.group} {b.metric} p{b.percentile:g}"
-        judged = [_latency_run(b, t, base) for t, base in runs]
+        judged = [_latency_run(b, label, t, base) for t, base in runs]
         if any(isinstance(j, str) for j in judged):
             problems.append(next(j for j in judged if isinstance(j, str)))
             continue
@@ -177,9 +177,8 @@ def latency(scenario: Scenario, trace: Trace, baselines: dict[str, Trace],
     return CheckResult("latency", not problems, shown, "; ".join(bounds), problems)
 
 
-def _latency_run(b, trace: Trace, baselines: dict[str, Trace]) -> tuple[float, float, float | None] | str:
+def _latency_run(b, label: str, trace: Trace, baselines: dict[str, Trace]) -> tuple[float, float, float | None] | str:
     """One run's (value, limit, baseline value) for bound `b`, or what is missing."""
-    label = f"{b.group} {b.metric} p{b.percentile:g}"
     value = percentile(metric_values(trace.group(b.group), b.metric), b.percentile)
     if value is None:
         return f"{label}: no samples"
@@ -288,7 +287,7 @@ def arrivals(scenario: Scenario, trace: Trace) -> CheckResult:
     for g in scenario.groups:
         if not isinstance(g.arrival, JoinWhile):
             continue
-        ends = [_ended(s) for s in trace.group(g.arrival.group)]
+        ends = [s.stopped_at for s in trace.group(g.arrival.group)]
         until = max((e for e in ends if e is not None), default=None)
         joiners = trace.group(g.name)
         late = [s for s in joiners if s.sent_at is None or until is None or s.sent_at >= until]
@@ -298,11 +297,6 @@ def arrivals(scenario: Scenario, trace: Trace) -> CheckResult:
             problems.append(f"{g.name}: {len(late)} sent after {g.arrival.group} ended")
     return CheckResult("arrivals", not problems, "; ".join(figures),
                        "every join_while client is sent while the group it joins runs", problems)
-
-
-def _ended(s) -> float | None:
-    """When a stream stopped running for its client: its last event, its close, or its last token."""
-    return s.ended_at or s.closed_at or (s.token_times[-1] if s.token_times else None)
 
 
 def waste(scenario: Scenario, trace: Trace) -> CheckResult:

@@ -57,6 +57,11 @@ class StreamRecord:
     resumes: list[int] = field(default_factory=list)  # a reconnector: each reconnect's status (0: no connection)
 
     @property
+    def stopped_at(self) -> float | None:
+        """When the stream stopped for its client: its last event, its close, or its last token."""
+        return self.ended_at or self.closed_at or (self.token_times[-1] if self.token_times else None)
+
+    @property
     def left_early(self) -> bool:
         return self.closed_at is not None and self.finish is None
 

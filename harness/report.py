@@ -161,7 +161,7 @@ def timeline_png(trace: Trace, out_dir: Path) -> Path:
     for row, s in enumerate(streams):
         colour = colours(groups.index(s.group) % 10)
         if s.sent_at is not None:
-            end = s.ended_at or s.closed_at or (s.token_times[-1] if s.token_times else s.sent_at)
+            end = s.stopped_at or s.sent_at
             ax.hlines(row, s.sent_at, end, colors=colour, linewidth=0.6, alpha=0.4)
         if s.token_times:
             ax.plot(s.token_times, [row] * len(s.token_times), "|", color=colour, markersize=3)

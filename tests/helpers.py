@@ -1,4 +1,5 @@
-"""Small helpers shared by tests: drive an engine to idle, and explain a token divergence."""
+"""Small helpers shared by tests: drive an engine to idle, explain a token divergence, and make
+a trace from client records alone (to judge one check)."""
 
 from __future__ import annotations
 
@@ -66,3 +67,10 @@ def divergence(model: GPT2, prompt: list[int], expected: list[int], got: list[in
     if len(got) > len(expected):
         return f"batched run made {len(got)} tokens, solo {len(expected)}"
     return None
+
+
+def client_trace(scenario: str, mode: str, streams: list):
+    """A trace holding only its clients' records (no server state, steps or releases)."""
+    from harness.report import Trace
+
+    return Trace(scenario, mode, 0, {}, streams, {}, [], [], [])

@@ -19,6 +19,7 @@ from streamlab.options import SERVE_OPTIONS, service_config
 from streamlab.policies import Policy
 from streamlab.config import ServiceConfig
 from tests.asgi import running_service
+from tests.helpers import client_trace
 
 NON_DEFAULT = {"model": "tiny", "policy": Policy.DROP, "queue_limit": 5, "stall_timeout_s": 0.4, "max_batch": 7,
                "max_prefills_per_step": 3, "step_token_budget": 48, "prefill_chunk_tokens": 16, "decode_attention": "gather", "dtype": "bfloat16", "history": 123, "fault_step": 7, "fault_rate": 0.25, "fault_seed": 3,
@@ -215,12 +216,11 @@ def test_serve_runs_without_the_harness_or_pytest():
 def test_the_live_gate_takes_the_better_of_two_runs_and_still_fails_a_real_regression():
     from harness.baseline import regression
     from harness.clients import StreamRecord
-    from harness.report import Trace
 
-    def trace(ttft_s: float) -> Trace:
+    def trace(ttft_s: float):
         streams = [StreamRecord("g", i, "reader", "p", {}, sent_at=0.0, token_times=[ttft_s, ttft_s + 0.01],
                                 ended_at=ttft_s + 0.01, finish="length") for i in range(3)]
-        return Trace("s", "live", 0, {}, streams, {}, [], [], [])
+        return client_trace("s", "live", streams)
     baselines = {"s": {"live": {"g": {"ttft_s_p50": 0.040}}}}  # bound: 3 x 40 ms + 250 ms = 370 ms
     stalled, fine = trace(0.547), trace(0.045)
     assert not regression(stalled, baselines).passed
@@ -233,13 +233,12 @@ def test_a_live_latency_ratio_takes_the_better_of_two_pairs_and_still_fails_a_re
     one pair slowed by the shared machine passes on the other, a stall in both fails."""
     from harness.checks import latency
     from harness.clients import StreamRecord
-    from harness.report import Trace
 
-    def trace(name: str, gap_s: float) -> Trace:
+    def trace(name: str, gap_s: float):
         times = [0.01 + k * gap_s for k in range(20)]
         streams = [StreamRecord("streams", i, "reader", "p", {}, sent_at=0.0, token_times=times,
                                 ended_at=times[-1], finish="length") for i in range(2)]
-        return Trace(name, "live", 0, {}, streams, {}, [], [], [])
+        return client_trace(name, "live", streams)
     scenario = load_by_name("overlap_8")  # streams gap_s p50 <= 4 x overlap_1's
     one = {"overlap_1": trace("overlap_1", 0.0005)}
     slow, fine = trace("overlap_8", 0.0025), trace("overlap_8", 0.0012)
@@ -256,15 +255,14 @@ def test_the_arrivals_check_fails_a_joiner_sent_after_its_group_ended():
     ended would pass its latency bound for nothing."""
     from harness.checks import arrivals
     from harness.clients import StreamRecord
-    from harness.report import Trace
 
     def record(group: str, i: int, sent: float, end: float) -> StreamRecord:
         return StreamRecord(group, i, "reader", "p", {}, sent_at=sent, token_times=[sent + 0.01, end],
                             ended_at=end, finish="length")
     scenario = load_by_name("late_joiners_8")
     running = [record("running", i, 0.0, 0.52) for i in range(8)]
-    ok = Trace("late_joiners_8", "sim", 0, {}, running + [record("joiners", 0, 0.3, 0.32)], {}, [], [], [])
+    ok = client_trace("late_joiners_8", "sim", running + [record("joiners", 0, 0.3, 0.32)])
     assert arrivals(scenario, ok).passed
-    late = Trace("late_joiners_8", "sim", 0, {}, running + [record("joiners", 0, 0.6, 0.62)], {}, [], [], [])
+    late = client_trace("late_joiners_8", "sim", running + [record("joiners", 0, 0.6, 0.62)])
     check = arrivals(scenario, late)
     assert not check.passed and check.details == ["joiners: 1 sent after running ended"]

@@ -143,8 +143,8 @@ async def test_the_resumption_check_fails_a_run_whose_fault_missed_a_reconnector
     0.3 s resume_proxy_down's fault once missed 200-token streams that were done in 0.27 s."""
     from harness.checks import resumption
     from harness.clients import StreamRecord
-    from harness.report import Trace
     from harness.scenario import load_by_name
+    from tests.helpers import client_trace
 
     def stream(i: int, resumes: list[int]) -> StreamRecord:
         ids = [f"req-{i}:{n}" for n in range(1, 9)]
@@ -152,8 +152,8 @@ async def test_the_resumption_check_fails_a_run_whose_fault_missed_a_reconnector
                             ended_at=0.1, finish="length", request_id=f"req-{i}", event_ids=ids,
                             cuts=[0.05] * len(resumes), resumes=resumes)
     scenario = load_by_name("resume_proxy_down")
-    resumed = Trace("resume_proxy_down", "live", 0, {}, [stream(0, [200]), stream(1, [0, 200])], {}, [], [], [])
+    resumed = client_trace("resume_proxy_down", "live", [stream(0, [200]), stream(1, [0, 200])])
     assert resumption(scenario, resumed).passed
-    missed = Trace("resume_proxy_down", "live", 0, {}, [stream(0, [200]), stream(1, [])], {}, [], [], [])
+    missed = client_trace("resume_proxy_down", "live", [stream(0, [200]), stream(1, [])])
     check = resumption(scenario, missed)
     assert not check.passed and "reconnectors#1: never resumed" in check.details[0]
