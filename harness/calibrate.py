@@ -4,7 +4,7 @@
 2. The serving terms, from live runs of the calibration scenarios in scenarios/calibration/
    (`streamlab serve` on real sockets; its /debug/steps and the clients' traces):
    - serving_s: for each batch size the calibration scenarios run at (1, 4, 8, 16, 32), the
-     median of (live period of a decode step - the engine's in-process cost for it, at the
+     mean of (live period of a decode step - the engine's in-process cost for it, at the
      context the step log says its decodes attended to). The
      event loop delivers a step's events while the next step runs, and the two share one
      GIL, so serving shows up as a longer period, not as a gap. A table, not a line: the
@@ -72,8 +72,11 @@ MIN_STEPS_PER_SIZE = 20  # fewer decode steps of one batch size (the tail of a r
 
 
 def fit_serving(profile: StepCostProfile, traces: list[Trace]) -> tuple[list, int]:
-    """([[events, seconds], ...], samples): per batch size, the median live period of a decode
-    step minus the engine's cost for it."""
+    """([[events, seconds], ...], samples): per batch size, the mean live period of a decode
+    step minus the engine's cost for it. The mean, not the median: a stream's completion is a sum
+    of periods, and under a CPU quota (a slower machine, `scripts/dev slow`) one period in several
+    holds a throttling pause that the median never sees (at a 0.5 quota of this machine the median
+    period stayed put while live completions took 2x as long)."""
     extra: dict[int, list[float]] = {}
     for trace in traces:
         for step, period in _decode_steps(trace):
@@ -82,7 +85,7 @@ def fit_serving(profile: StepCostProfile, traces: list[Trace]) -> tuple[list, in
     sizes = [b for b in sorted(extra) if len(extra[b]) >= MIN_STEPS_PER_SIZE]
     if len(sizes) < 2:
         raise RuntimeError("calibration runs gave decode steps of one size only: cannot fit how serving grows")
-    return [[0, 0.0]] + [[b, round(statistics.median(extra[b]), 7)] for b in sizes], sum(map(len, extra.values()))
+    return [[0, 0.0]] + [[b, round(statistics.fmean(extra[b]), 7)] for b in sizes], sum(map(len, extra.values()))
 
 
 def fit_per_request(traces: list[Trace]) -> tuple[float, int]:

@@ -2,52 +2,17 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
-from harness.report import Trace, goodput, metric_values, outcomes, percentile
-from harness.scenario import PARITY_COMPLETION, PARITY_TTFT, BadRequest, JoinWhile, Reconnector, Scenario
+from harness.verdict import CheckResult
+from harness.report import LEFT_BEHIND, Trace, group_slos, holds_nothing, goodput, metric_values, outcomes, percentile
+from harness.scenario import BadRequest, JoinWhile, Reconnector, Scenario
 from harness.targets import PROFILES, unobservable
-
-
-@dataclass
-class CheckResult:
-    name: str
-    passed: bool | None  # None: not observable on this target (never reported as passed)
-    figure: str
-    bound: str
-    details: list[str] = field(default_factory=list)
-    expected_to_fail: bool = False
-
-    @property
-    def observed(self) -> bool:
-        return self.passed is not None
-
-    @property
-    def ok(self) -> bool:
-        """A negative control is ok when its check fails; an unobservable check fails nothing."""
-        return self.passed is None or self.passed != self.expected_to_fail
-
-    @property
-    def verdict(self) -> str:
-        if self.passed is None:
-            return "not observable"
-        return "ok" if self.ok else "FAILED"
-
-    def line(self) -> str:
-        if self.passed is None:
-            return f"{self.name}: not observable: {self.figure}"
-        verdict = self.verdict
-        control = " (negative control: must fail)" if self.expected_to_fail else ""
-        detail = f" [{'; '.join(self.details[:3])}]" if self.details and not self.passed else ""
-        return f"{self.name}{control}: {verdict}: {self.figure} (bound: {self.bound}){detail}"
+from harness.timing import CAPACITY
 
 
 def leak_free(trace: Trace) -> CheckResult:
     s = trace.server
-    keys = ("blocks_reserved", "waiting", "running", "paused", "streams_registered")
-    passed = s["blocks_free"] == s["blocks_total"] and all(s[k] == 0 for k in keys) and not trace.invariants
-    figure = f"free {s['blocks_free']}/{s['blocks_total']}, " + ", ".join(f"{k} {s[k]}" for k in keys)
-    return CheckResult("leak_free", passed, figure, "all blocks free, nothing left", list(trace.invariants))
+    figure = f"free {s['blocks_free']}/{s['blocks_total']}, " + ", ".join(f"{k} {s[k]}" for k in LEFT_BEHIND)
+    return CheckResult("leak_free", holds_nothing(trace), figure, "all blocks free, nothing left", list(trace.invariants))
 
 
 def exactly_once(trace: Trace) -> CheckResult:
@@ -148,55 +113,11 @@ def finish_reasons(scenario: Scenario, trace: Trace) -> CheckResult:
     return CheckResult("finish_reasons", not problems, "; ".join(figures), bound, problems)
 
 
-def latency(scenario: Scenario, trace: Trace, baselines: dict[str, Trace],
-            again: tuple[Trace, dict[str, Trace]] | None = None) -> CheckResult:
-    """Each latency bound, absolute or a ratio to a group (of this or another scenario). `again`:
-    a second run of the scenario and of its baseline scenarios, made back to back; each bound is
-    then judged on the better of the two runs (its lower ratio), so one live run slowed by the
-    shared machine does not fail it, and a real stall, slow in both, still does."""
-    runs = [(trace, baselines)] + ([again] if again is not None else [])
-    problems, figures, bounds = [], [], []
-    for b in scenario.expect.latency:
-        label = f"{b.group} {b.metric} p{b.percentile:g}"
-        judged = [_latency_run(b, label, t, base) for t, base in runs]
-        if any(isinstance(j, str) for j in judged):
-            problems.append(next(j for j in judged if isinstance(j, str)))
-            continue
-        value, limit, base = min(judged, key=lambda j: j[0] / j[1])
-        if b.max_s is not None:
-            bounds.append(f"{label} <= {b.max_s:g}s")
-        else:
-            bounds.append(f"{label} <= {b.max_ratio:g} x {b.baseline_scenario or 'group'} "
-                          f"{b.baseline_group or b.group} ({base * 1e3:.1f}ms)")
-        figures.append(f"{label} {value * 1e3:.1f}ms")
-        if value > limit:
-            problems.append(f"{label} = {value * 1e3:.1f}ms > {limit * 1e3:.1f}ms")
-    shown = "; ".join(figures) or "none"
-    if again is not None:
-        shown += " (better of 2 runs)"
-    return CheckResult("latency", not problems, shown, "; ".join(bounds), problems)
-
-
-def _latency_run(b, label: str, trace: Trace, baselines: dict[str, Trace]) -> tuple[float, float, float | None] | str:
-    """One run's (value, limit, baseline value) for bound `b`, or what is missing."""
-    value = percentile(metric_values(trace.group(b.group), b.metric), b.percentile)
-    if value is None:
-        return f"{label}: no samples"
-    if b.max_s is not None:
-        return value, b.max_s, None
-    base_trace = baselines[b.baseline_scenario] if b.baseline_scenario else trace
-    base_group = b.baseline_group or b.group  # in the baseline scenario, if one is named
-    base = percentile(metric_values(base_trace.group(base_group), b.metric), b.percentile)
-    if not base:
-        return f"{label}: baseline {b.baseline_scenario or ''}{base_group} has no samples"
-    return value, b.max_ratio * base, base
-
-
 def goodput_check(scenario: Scenario, trace: Trace) -> CheckResult:
     """Each named group: at least this share of its requests met its SLO."""
     problems, figures, bounds = [], [], []
     for name, least in scenario.expect.goodput.items():
-        slo = next(g.slo for g in scenario.groups if g.name == name)
+        slo = group_slos(trace)[name]  # as resolved for this run (harness.capacity)
         g = goodput(trace.group(name), slo)
         figures.append(f"{name} {g['good']}/{g['requests']} met the SLO ({g['per_s']:.2f}/s)")
         bounds.append(f"{name} >= {least:.0%}")
@@ -315,7 +236,9 @@ def waste(scenario: Scenario, trace: Trace) -> CheckResult:
 
 
 def run_checks(scenario: Scenario, trace: Trace, solo: dict[int, list[int] | str],
-               baselines: dict[str, Trace] | None = None) -> list[CheckResult]:
+               timed: list[CheckResult] = ()) -> list[CheckResult]:
+    """Every check that applies; `timed`: the timing verdicts (harness.timing.judge), which need
+    this session's other runs, added here so that negative controls are marked in one place."""
     e = scenario.expect
     t = trace.target
     native = t is None or t["native_books"]  # our own books: every check observable
@@ -326,16 +249,12 @@ def run_checks(scenario: Scenario, trace: Trace, solo: dict[int, list[int] | str
 
     results = [finish_reasons(scenario, trace),
                unless_hidden("healthy", lambda: healthy(trace) if native else target_healthy(trace))]
-    if trace.mode == "sim":
-        results.append(profile_drift(trace))
     if e.leak_free:
         results.append(unless_hidden("leak_free", lambda: leak_free(trace) if native else leak_free_by_gauges(trace)))
     if e.exactly_once:
         results.append(unless_hidden("exactly_once", lambda: exactly_once(trace)))
     if e.identity:
         results.append(identity(trace, solo))
-    if e.latency:
-        results.append(latency(scenario, trace, baselines or {}))
     if e.goodput:
         results.append(goodput_check(scenario, trace))
     if scenario.faults is not None and scenario.faults.engine_error is not None:
@@ -351,6 +270,7 @@ def run_checks(scenario: Scenario, trace: Trace, solo: dict[int, list[int] | str
         results.append(arrivals(scenario, trace))
     if t is not None:
         results.append(capacity_restored(trace))
+    results += timed
     for r in results:
         r.expected_to_fail = r.name in e.expect_failure
     missing = set(e.expect_failure) - {r.name for r in results}
@@ -367,87 +287,7 @@ def healthy(trace: Trace) -> CheckResult:
                        "the step loop never fails", [trace.failure] if trace.failure else [])
 
 
-def profile_drift(trace: Trace) -> CheckResult:
-    """Always on in simulation: the real steps it ran took about what the profile says the engine takes."""
-    from harness.simulation import Drift
-
-    timing = trace.step_timing
-    ratio = timing.get("real_over_profile_p50")
-    if ratio is None:
-        return CheckResult("profile_drift", True, f"{timing.get('steps_timed', 0)} steps timed: too few to judge",
-                           f"real/profile step time p50 <= {Drift.FAIL:g}x")
-    note = f" (warning: over {Drift.WARN:g}x; recalibrate with `streamlab scenario calibrate`)" \
-        if ratio > Drift.WARN else ""
-    return CheckResult("profile_drift", ratio <= Drift.FAIL,
-                       f"real/profile step time p50 {ratio:.2f}x over {timing['steps_timed']} steps{note}",
-                       f"<= {Drift.FAIL:g}x (profile measured on {timing.get('profile_machine') or 'unknown'})")
-
-
-def parity(scenario: Scenario, live: Trace, sim: Trace, judge_timing: bool = True,
-           again: Trace | None = None) -> CheckResult:
-    """Live and simulation agree on outcomes, token ids and releases exactly, and on each group's
-    TTFT and completion p50 within a ratio (the scenario may widen it for some groups, with a reason).
-    With `again` (a second live run, made when the first was out of bounds on timing only), the
-    timing is judged on the geometric mean of the two runs' ratios."""
-    from harness.report import parity_rows
-
-    problems, ratios = [], []
-    wider = scenario.expect.parity
-    varying = set(scenario.expect.outcomes_vary.groups) if scenario.expect.outcomes_vary else set()
-    for name in dict.fromkeys(s.group for s in sim.streams):
-        got_live, got_sim = outcomes(live.group(name)), outcomes(sim.group(name))
-        if got_live != got_sim and name in varying:
-            ratios.append(f"{name} outcomes live {got_live}, sim {got_sim} (decided by timing)")
-        elif got_live != got_sim:
-            problems.append(f"{name}: live {got_live}, sim {got_sim}")
-    for row in parity_rows(scenario, live, sim, again):
-        runs = f" (two live runs: {row['ratios'][0]:.2f}x, {row['ratios'][1]:.2f}x)" if len(row["ratios"]) > 1 else ""
-        ratios.append(f"{row['group']} {row['metric']} {row['ratio']:.2f}x{runs}")
-        if not row["ok"]:
-            what = f"{row['group']} {row['metric']} p50 live/sim {row['ratio']:.2f}x outside [{row['low']:g}, {row['high']:g}]"
-            if judge_timing:
-                problems.append(what + runs)
-            else:
-                ratios[-1] += f" (outside [{row['low']:g}, {row['high']:g}]: reported, not judged here)"
-    for a, b in zip(live.streams, sim.streams):
-        n = min(len(a.token_ids), len(b.token_ids))
-        if a.token_ids[:n] != b.token_ids[:n]:
-            problems.append(f"{a.group}#{a.index}: live and sim tokens differ")
-    if len(live.releases) != len(sim.releases) and not varying:
-        problems.append(f"releases: live {len(live.releases)}, sim {len(sim.releases)}")
-    if leak_free(live).passed != leak_free(sim).passed:
-        problems.append("one mode leaked and the other did not")
-    bound = (f"same outcomes, token ids, releases and leaks; p50 live/sim completion in "
-             f"[{PARITY_COMPLETION[0]:g}, {PARITY_COMPLETION[1]:g}], TTFT in [{PARITY_TTFT[0]:g}, {PARITY_TTFT[1]:g}]"
-             f"{' (geometric mean of two live runs)' if again is not None else ''}")
-    if wider:
-        bound += f"; wider for {', '.join(wider.groups) or 'every group'}: {wider.reason}"
-    return CheckResult("parity", not problems, "; ".join(ratios) or "no timings", bound, problems)
-
-
-def timing_only(check: CheckResult) -> bool:
-    """A failed parity whose every problem is a timing ratio (outcomes, tokens, releases agree)."""
-    return not check.passed and all(" p50 live/sim " in p for p in check.details)
-
-
-def timing_tolerance(scenario: Scenario, group: str) -> list[tuple[str, float, float]]:
-    wider = scenario.expect.parity
-    use = wider if wider and (not wider.groups or group in wider.groups) else None
-    ttft = use.ttft if use else PARITY_TTFT
-    completion = use.completion if use else PARITY_COMPLETION
-    return [("ttft_s", *ttft), ("completion_s", *completion)]
-
-
-def timing_ratio(live: Trace, sim: Trace, group: str, metric: str) -> float | None:
-    lv = percentile(metric_values(live.group(group), metric), 50)
-    sv = percentile(metric_values(sim.group(group), metric), 50)
-    return lv / sv if lv and sv else None
-
-
 # ---- a target's checks, from outside (harness.target_watch records what they read) ----
-
-CAPACITY_RATIO, CAPACITY_SLACK_S = 3.0, 0.25  # the live latency gate's noise allowance (harness.baseline)
-
 
 def not_observable(name: str, trace: Trace, why: str) -> CheckResult:
     return CheckResult(name, None, f"on target {trace.target['name']}: {why}", "not evaluated")
@@ -513,12 +353,12 @@ def capacity_restored(trace: Trace) -> CheckResult:
     b, a = before["ttft_p50_s"], after["ttft_p50_s"]
     if b is None or a is None:
         problems.append("a probe had no first tokens to time")
-    elif a > CAPACITY_RATIO * b + CAPACITY_SLACK_S:
+    elif a > CAPACITY.limit(b):
         problems.append(f"probe TTFT p50 {a * 1e3:.0f}ms after, {b * 1e3:.0f}ms before")
     figure = (f"{after['clients']} probe requests: TTFT p50 before {_ms(b)}, after {_ms(a)}; "
               f"completed {before['completed']}/{before['clients']} before, {after['completed']}/{after['clients']} after")
     return CheckResult("capacity_restored", not problems, figure,
-                       f"all complete, after <= {CAPACITY_RATIO:g} x before + {CAPACITY_SLACK_S * 1e3:g}ms", problems)
+                       f"all complete, after <= {CAPACITY} before", problems)
 
 
 def _ms(value: float | None) -> str:

@@ -36,10 +36,17 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--target-profile", default=None,
                        help="what can be observed on the target: vllm, tgi, sglang, llamacpp, llamacpp-slots, "
                             "transformers-serve, streamlab, generic (default for a URL)")
-    suite.add_argument("-k", dest="pattern", default="", help="only scenarios whose name contains this")
-    suite.add_argument("--parity-profile", choices=["session", "committed"], default="session",
-                       help="the cost model parity's simulation uses: fitted on this machine at the start of the "
-                            "run (~1.5 min; default), or the committed scenarios/profiles/<model>.json")
+    suite.add_argument("-k", dest="pattern", default="", help="only scenarios whose name contains this (or any of "
+                                                               "several, comma-separated)")
+    for p in (run, suite):
+        p.add_argument("--parity-profile", choices=["machine", "committed"], default="machine",
+                       help="the cost model live runs are judged against (parity, the live gate): this machine's, "
+                            "fitted here and cached in .tools/profiles/ (~1.5 min when it is not; default), or the "
+                            "committed scenarios/profiles/<model>.json (another machine's seconds: comparison only)")
+        p.add_argument("--refit", action="store_true", help="fit this machine's cost model again, cached or not")
+        p.add_argument("--lab-step-slowdown", type=float, default=1.0, metavar="F",
+                       help="lab: every scenario's engine steps take F times as long (each step also waits "
+                            "(F - 1) x its own time), to show that the timing gates catch a slower engine")
     suite.add_argument("--update-baseline", action="store_true",
                        help="write each run's latency figures to scenarios/baselines.json (the CI gate)")
     scen_sub.add_parser("schema", help=f"write the JSON Schema of the format to {SCHEMA_PATH}")
@@ -88,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         console.print(f"[red]--target: {exc}[/]")
         return 2
-    ctx = RunContext(target=target)
+    ctx = RunContext(target=target, lab_step_slowdown=args.lab_step_slowdown)
     if args.scenario_command == "run":
         try:
             scenario = load(args.file)
@@ -96,10 +103,12 @@ def main(argv: list[str] | None = None) -> int:
             console.print(f"[red]{exc}[/]")
             return 2
         mode = args.mode or ("live" if target is not None else "sim")
+        if mode == "live" and args.parity_profile == "machine":
+            _fit_machine_profile(console, ctx, [args.file], args.refit)
         outcome = _run(console, scenario, mode, ctx)
         _print_outcome(console, outcome)
         return 0 if outcome.ok else 1
-    return _suite(console, ctx, args.mode, args.pattern, args.update_baseline, args.parity_profile)
+    return _suite(console, ctx, args.mode, args.pattern, args.update_baseline, args.parity_profile, args.refit)
 
 
 def _run(console: Console, scenario, mode: str, ctx):
@@ -117,11 +126,11 @@ def _run(console: Console, scenario, mode: str, ctx):
                             progress=lambda done, total: bar.update(task, completed=done, total=total))
 
 
-def _fit_session_profile(console: Console, ctx, files) -> None:
-    """Parity's cost model, fitted on this machine now (harness.runner.use_session_profile)."""
+def _fit_machine_profile(console: Console, ctx, files, refit: bool = False) -> None:
+    """The cost model live runs are judged against (harness.runner.use_machine_profile)."""
     from harness.live_run import live_unavailable
-    from harness.profile import load_profile
-    from harness.runner import use_session_profile
+    from harness.machine import compared_with_committed
+    from harness.runner import use_machine_profile
 
     models = set()
     for path in files:
@@ -133,14 +142,9 @@ def _fit_session_profile(console: Console, ctx, files) -> None:
             models.add(scenario.server.model)
     if not models:
         return
-    console.print(f"fitting this session's cost model for parity on {', '.join(sorted(models))} "
-                  "(streamlab scenario calibrate, nothing written; --parity-profile committed skips it)", highlight=False)
-    for fresh in use_session_profile(ctx, sorted(models), say=lambda line: None):
-        old = load_profile(fresh.model)
-        console.print(f"  {fresh.model}: this machine now / committed profile: engine decode step at batch 1 "
-                      f"{fresh.decode_cost(1) / old.decode_cost(1):.2f}x, at 32 {fresh.decode_cost(32) / old.decode_cost(32):.2f}x; "
-                      f"step with 8 events served {fresh.served_decode(8) / old.served_decode(8):.2f}x; "
-                      f"per request {fresh.per_request_s / max(old.per_request_s, 1e-9):.2f}x", highlight=False)
+    for fresh in use_machine_profile(ctx, sorted(models), say=lambda line: console.print(line, highlight=False),
+                                     refit=refit):
+        console.print("  " + compared_with_committed(fresh), highlight=False)
 
 
 def _print_outcome(console: Console, outcome) -> None:
@@ -159,19 +163,20 @@ def _print_outcome(console: Console, outcome) -> None:
 
 
 def _suite(console: Console, ctx, mode: str, pattern: str, update_baseline: bool = False,
-           parity_profile: str = "committed") -> int:
-    from harness.baseline import figures, load_baselines, save_baselines
+           parity_profile: str = "machine", refit: bool = False) -> int:
+    from harness.baseline import load_baselines, save_baselines
     from harness.live_run import live_unavailable
-    from harness.report import parity_rows, parity_summary, parity_table
+    from harness.report import parity_summary, parity_table
+    from harness.timing import baseline_figures, parity_rows
 
     baselines = load_baselines()
     if update_baseline:
         ctx.baselines = {}  # the figures being refreshed are not a gate for themselves
     parity_data, committed_data = [], []
     modes = ["sim", "live"] if mode == "both" else [mode]
-    files = sorted(p for p in SCENARIOS_DIR.glob("*.yaml") if pattern in p.stem)
-    if parity_profile == "session" and mode == "both":
-        _fit_session_profile(console, ctx, files)
+    files = sorted(p for p in SCENARIOS_DIR.glob("*.yaml") if any(k in p.stem for k in pattern.split(",")))
+    if parity_profile == "machine" and mode in ("both", "live"):
+        _fit_machine_profile(console, ctx, files, refit)
     table = Table(title=f"streamlab scenario suite: {len(files)} scenarios, modes {', '.join(modes)}")
     for col in ("scenario", "mode", "result", "checks", "wall s", "what failed"):
         table.add_column(col, justify="right" if col == "wall s" else "left", no_wrap=col == "scenario")
@@ -207,7 +212,7 @@ def _suite(console: Console, ctx, mode: str, pattern: str, update_baseline: bool
             failed += not outcome.ok
             passed += outcome.ok
             if update_baseline and outcome.ok:
-                baselines.setdefault(scenario.name, {})[m] = figures(outcome.trace)
+                baselines.setdefault(scenario.name, {})[m] = baseline_figures(outcome.trace, outcome.sim)
     from harness.runner import RESULTS
     if update_baseline:
         save_baselines(baselines)

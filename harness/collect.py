@@ -46,7 +46,7 @@ def run_context(config: pytest.Config):
         from harness.targets import resolve_target
 
         target = config.getoption("--target")
-        config.stash[CONTEXT] = RunContext(judge_parity_timing=False, target=None if target is None else resolve_target(
+        config.stash[CONTEXT] = RunContext(target=None if target is None else resolve_target(
             target, config.getoption("--target-api"), config.getoption("--target-model"),
             config.getoption("--target-profile")))
     return config.stash[CONTEXT]
@@ -106,7 +106,13 @@ class ScenarioItem(pytest.Item):
             if reason:
                 pytest.skip(reason)
             with one_live_run_at_a_time():
-                outcome = run_scenario(self.scenario, self.mode, run_context(self.config))
+                if "sim" in self.scenario.modes and ctx.target is None and self.scenario.target is None:
+                    # Parity and the live gate are judged against this machine's profile, as in
+                    # the suite: fitted on the first such item (cached for the next sessions).
+                    from harness.runner import use_machine_profile
+                    if self.scenario.server.model not in getattr(ctx.backends.get("sim@machine"), "profiles", {}):
+                        use_machine_profile(ctx, [self.scenario.server.model], say=lambda line: None)
+                outcome = run_scenario(self.scenario, self.mode, ctx)
         else:
             outcome = run_scenario(self.scenario, self.mode, run_context(self.config))
         self.user_properties.append(("checks", [c.line() for c in outcome.checks]))

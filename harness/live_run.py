@@ -13,12 +13,14 @@ import gc
 from contextlib import asynccontextmanager
 from pathlib import Path
 
+from harness import speed, timing
 from harness.backend import ServerBooks
 from harness.faults import Faults, ProxyHandle, ToxiproxyServer, find_binary
 from harness.h2client import H2Exchange
 from harness.live import RunningServer, ServerProcess, TargetProcess, export_folder
 from harness.nginx import Nginx, ensure_certificate, nginx_unavailable
 from harness.plan import PlannedClient
+from harness.profile import load_profile
 from harness.rawhttp import RawExchange
 from harness.scenario import ProxySpec, Scenario, Sleeper
 from harness.target_watch import TargetWatch
@@ -68,8 +70,9 @@ class LiveServer:
     """One scenario's server (ours, or a target) and its proxies (harness.backend.Server)."""
 
     def __init__(self, endpoint, proxies: dict[str, ProxyHandle], wire: Wire, target: Target,
-                 front_port: int | None = None, proxy: ProxySpec | None = None) -> None:
+                 front_port: int | None = None, proxy: ProxySpec | None = None, model: str | None = None) -> None:
         self.endpoint, self.proxies, self.wire, self.target = endpoint, proxies, wire, target
+        self.model = model  # our own server's model: its steps are timed against that model's profile
         self.front_port = front_port or endpoint.port  # where clients connect: nginx, or the server itself
         self.proxy = proxy
         self.loop = asyncio.get_running_loop()
@@ -131,7 +134,19 @@ class LiveServer:
         for s in steps:
             s["began"] -= self.base
         return ServerBooks(stats, releases["releases"], invariants, releases["ledger_problems_when_idle"], steps,
-                           stats.get("failure"))
+                           stats.get("failure"), step_timing=self._step_timing(steps))
+
+    def _step_timing(self, steps: list[dict]) -> dict:
+        """The server's real steps against the committed profile and the yardstick timed now
+        (the server idle), for the drift check (harness.timing.drift)."""
+        if self.model is None:
+            return {}
+        try:
+            profile = load_profile(self.model)
+        except FileNotFoundError:
+            return {}
+        k, now = speed.factor(self.model, profile.reference_s)
+        return timing.step_timing(timing.engine_ratios(steps, profile), k, profile, now.as_dict())
 
 
 class LiveBackend:
@@ -196,7 +211,8 @@ class LiveBackend:
                 for g in groups:
                     proxies[g.name] = await asyncio.to_thread(faults.create_proxy, f"{scenario.name}__{g.name}",
                                                               front, g.network.toxics if g.network else [])
-            server = LiveServer(endpoint, proxies, wire, self.target, front, spec)
+            server = LiveServer(endpoint, proxies, wire, self.target, front, spec,
+                                scenario.server.model if self.target.own_server else None)
             if server.watch is not None:
                 await server.watch.begin(scenario)  # the capacity probe, then the gauge poller
             server.base = loop.time()  # the run's clock starts now

@@ -28,6 +28,8 @@ def arrival_times(arrival, count: int, rng: random.Random) -> list[float]:
     if isinstance(arrival, (Uniform, JoinWhile)):
         return sorted(rng.uniform(arrival.start_s, arrival.end_s) for _ in range(count))
     if isinstance(arrival, Poisson):
+        if arrival.rate_per_s is None:
+            raise ValueError("rate_x_capacity is resolved into rate_per_s before planning (harness.capacity)")
         t, out = arrival.start_s, []
         for _ in range(count):
             t += rng.expovariate(arrival.rate_per_s)

@@ -16,7 +16,7 @@ import json
 import statistics
 import time
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
 from harness.cores import server_threads
@@ -38,7 +38,7 @@ TERMS = {
     "idle_step_s": "a step that only applied wishes",
     "serving_s": "serving, live: [events a step hands over, seconds]: what a step takes in the live server beyond "
                  "the engine alone (SSE encoding and writes, wake-ups, and the step thread waiting for the GIL "
-                 "while the event loop writes the last step's events): the median live period of decode steps "
+                 "while the event loop writes the last step's events): the mean live period of decode steps (under 50 ms) "
                  "of each calibrated batch size minus the engine's in-process cost for that step, interpolated "
                  "between them. Not a line: one event a step costs about nothing (the loop writes it while the "
                  "step runs in torch, without the GIL), eight cost ~1 ms. May be below zero where the "
@@ -55,6 +55,9 @@ TERMS = {
     "request_latency_s": "serving, live: what a lone request waits beyond that core time (connect, wake-ups "
                          "of the step thread and the event loop, the client's read): the median of a lone "
                          "request's live TTFT minus its simulated TTFT without this term",
+    "reference_s": "the yardstick (harness/speed.py: transformers' own GPT-2 decode step at batch 1 and 8, "
+                   "none of our engine's code), timed beside the engine terms on the machine that made them: "
+                   "the real steps' drift is judged against it, so a slower machine is not a slower engine",
     "send_buffer_bytes": "bytes a client with the default receive buffer absorbs before the server's writes block",
     "server_side_buffer_bytes": "the server's share of that (`streamlab lab buffers`)",
     "read_window_bytes": "[SO_RCVBUF, bytes]: what one read returns from a receive buffer the sender keeps "
@@ -80,6 +83,7 @@ class StepCostProfile:
     server_side_buffer_bytes: int = DEFAULT_SEND_BUFFER_BYTES // 2  # the server's share (`lab buffers`)
     read_window_bytes: list = field(default_factory=list)  # [[SO_RCVBUF, bytes one read returns], ...]
     machine: str = ""
+    reference_s: dict = field(default_factory=dict)  # the yardstick when the engine terms were measured (harness.speed)
     calibration: dict = field(default_factory=dict)  # how the serving terms were measured, with residuals
 
     def buffer_bytes(self, client_rcvbuf: int | None) -> int:
@@ -138,8 +142,9 @@ def decode_only(step: dict) -> bool:
     return bool(step["decoded"]) and not step["prefilled"] and not step["prompt_tokens"]
 
 
-def load_profile(model: str) -> StepCostProfile:
-    path = PROFILES / f"{model}.json"
+def load_profile(model: str, path: Path | None = None) -> StepCostProfile:
+    """The committed profile of `model` (scenarios/profiles/), or the one at `path`."""
+    path = path or PROFILES / f"{model}.json"
     if not path.exists():
         raise FileNotFoundError(f"no step-cost profile for model {model!r} ({path}); "
                                 f"make one with `streamlab scenario calibrate --model {model}`")
@@ -165,9 +170,15 @@ def _fit(xs: list[float], ys: list[float]) -> tuple[float, float]:
 
 def calibrate_engine(model_name: str, repeats: int = 3) -> StepCostProfile:
     """The engine terms, measured in-process on this machine, on the cores and with the torch
-    threads a live server gets."""
+    threads a live server gets, and the yardstick timed before and after them (harness.speed)."""
+    from harness import speed
+
+    before = speed.measure(model_name)
     with torch_threads(server_threads()):  # as the live server runs (harness.cores)
-        return _calibrate_engine(model_name, repeats)
+        profile = _calibrate_engine(model_name, repeats)
+    after = speed.measure(model_name)
+    both = speed.Reading(model_name, {b: (before.decode_s[b] * after.decode_s[b]) ** 0.5 for b in before.decode_s})
+    return replace(profile, reference_s=both.as_dict())
 
 
 @contextmanager

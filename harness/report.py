@@ -49,6 +49,16 @@ class Trace:
         return out
 
 
+LEFT_BEHIND = ("blocks_reserved", "waiting", "running", "paused", "streams_registered")
+
+
+def holds_nothing(trace: Trace) -> bool:
+    """After the run drained: every block free, nothing waiting, running, paused or registered,
+    no broken invariant."""
+    s = trace.server
+    return s["blocks_free"] == s["blocks_total"] and all(s[k] == 0 for k in LEFT_BEHIND) and not trace.invariants
+
+
 def percentile(values: list[float], p: float) -> float | None:
     """Nearest-rank percentile; None for no values."""
     if not values:
@@ -134,12 +144,16 @@ def group_slos(trace: Trace) -> dict:
     return {g["name"]: Slo.model_validate(g["slo"]) for g in trace.config.get("groups", []) if g.get("slo")}
 
 
-def write_result(trace: Trace, checks: list, out_dir: Path) -> Path:
+def write_result(trace: Trace, checks: list, out_dir: Path, baseline_figures: dict | None = None) -> Path:
+    """The run's JSON: its trace, its checks, and the figures a baseline would keep of it
+    (`streamlab scenario baseline` reads them back)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / f"{trace.scenario}-{trace.mode}.json"
     data = json.loads(trace.to_json())
     data["wall_s"] = trace.wall_s
     data["step_timing"] = trace.step_timing
+    if baseline_figures is not None:
+        data["baseline_figures"] = baseline_figures
     data["checks"] = [asdict(c) for c in checks]
     path.write_text(json.dumps(data, indent=1) + "\n")
     return path
@@ -182,25 +196,6 @@ def timeline_png(trace: Trace, out_dir: Path) -> Path:
     fig.savefig(path, dpi=90)
     plt.close(fig)
     return path
-
-
-def parity_rows(scenario, live: Trace, sim: Trace, again: Trace | None = None) -> list[dict]:
-    """One row per group and timing metric: the simulated and live p50 and their ratio, in bounds or
-    not. With a second live run, the ratio judged is the geometric mean of the two runs' ratios."""
-    from harness.checks import timing_ratio, timing_tolerance
-
-    rows = []
-    for group in dict.fromkeys(s.group for s in sim.streams):
-        for metric, lo, hi in timing_tolerance(scenario, group):
-            ratios = [r for t in (live, again) if t is not None and (r := timing_ratio(t, sim, group, metric))]
-            if not ratios:
-                continue
-            ratio = math.prod(ratios) ** (1 / len(ratios))
-            rows.append({"scenario": scenario.name, "group": group, "metric": metric,
-                         "sim_s": percentile(metric_values(sim.group(group), metric), 50),
-                         "live_s": percentile(metric_values(live.group(group), metric), 50),
-                         "ratio": ratio, "ratios": ratios, "low": lo, "high": hi, "ok": lo <= ratio <= hi})
-    return rows
 
 
 def parity_table(rows: list[dict]) -> Table:

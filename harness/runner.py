@@ -15,8 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.backend import Backend
-from harness.baseline import load_baselines, regression
-from harness.checks import CheckResult, latency, parity, run_checks, timing_only
+from harness import capacity, timing
+from harness.baseline import load_baselines
+from harness.checks import CheckResult, run_checks
 from harness.clients import StreamRecord, launch
 from harness.live_run import LiveBackend
 from harness.plan import PlannedClient, loaded_model, plan, sampling_params
@@ -42,15 +43,23 @@ class RunContext:
     baselines: dict = field(default_factory=load_baselines)  # the committed latency figures
     solo: dict[str, list[int]] = field(default_factory=dict)  # (model, prompt, request) -> tokens run alone
     traces: dict[tuple[str, str], Trace] = field(default_factory=dict)  # (scenario, mode) -> its latest trace
-    # Whether live/sim timing outside its tolerance fails parity. `scripts/dev main` judges it,
-    # against a profile fitted in the same session; pytest items (CI) report it only: an item has
-    # no session profile, and a CI machine's speed is not the committed profile's.
+    # Whether live/sim timing outside its tolerance fails parity (off: reported only). It is
+    # judged against this machine's profile (use_machine_profile) in the suite, `scenario run`
+    # and pytest items alike.
     judge_parity_timing: bool = True
     target: Target | None = None  # --target: live runs aim here instead of each scenario's own
-    # The simulated trace a live run's parity is judged against: "sim" (the committed profile, the
-    # same run the simulated checks and gate judge) or "sim@session" (a profile fitted on this
-    # machine at the start of the session, see use_session_profile).
+    # The simulated trace a live run's parity and gate are judged against: "sim@machine" (this
+    # machine's profile, see use_machine_profile, the default wherever live runs are judged) or
+    # "sim" (the committed profile: another machine's seconds, for comparison only).
     parity_mode: str = "sim"
+    lab_step_slowdown: float = 1.0  # lab: every scenario's engine made slower by this factor (a real regression)
+
+    def prepared(self, scenario: Scenario) -> Scenario:
+        """The scenario as this session runs it (a lab slowdown applied to its server)."""
+        if self.lab_step_slowdown == 1:
+            return scenario
+        server = scenario.server.model_copy(update={"lab": True, "lab_step_slowdown": self.lab_step_slowdown})
+        return scenario.model_copy(update={"server": server})
 
     def live_mode(self, scenario: Scenario) -> str:
         """The mode a scenario's live run has in this session: `live`, or `live@<target>`."""
@@ -63,7 +72,10 @@ class RunContext:
 
 
 def run_trace(scenario: Scenario, backend: Backend, progress=None) -> tuple[Trace, list[PlannedClient]]:
-    """Run a scenario's clients against a backend's server; the trace of what happened."""
+    """Run a scenario's clients against a backend's server; the trace of what happened. Load or
+    SLOs stated relative to this machine are resolved first, by a probe through the same backend
+    (harness.capacity)."""
+    scenario, probes = capacity.resolve(scenario, lambda probe: run_trace(probe, backend)[0])
     loaded = loaded_model(scenario.server.model)
     planned = plan(scenario, loaded.tokenizer)
     records = [StreamRecord(pc.group.name, pc.index, pc.group.behaviour.kind, pc.prompt, pc.request) for pc in planned]
@@ -83,6 +95,7 @@ def run_trace(scenario: Scenario, backend: Backend, progress=None) -> tuple[Trac
     t0 = time.perf_counter()
     trace = backend.run(main())
     trace.wall_s = time.perf_counter() - t0
+    trace.notes += [p.line() for p in probes]
     return trace, planned
 
 
@@ -134,7 +147,8 @@ class Outcome:
     scenario: Scenario
     trace: Trace
     checks: list[CheckResult]
-    again: Trace | None = None  # a second live run, when a latency, regression or parity check needed it
+    again: Trace | None = None  # a second live run, when a timing check needed it (harness.timing AGAIN)
+    sim: Trace | None = None  # live: the simulation its parity and gate were judged against
 
     @property
     def ok(self) -> bool:
@@ -172,6 +186,7 @@ def latency_baselines(scenario: Scenario, mode: str, ctx: RunContext, trace: Tra
 def run_scenario(scenario: Scenario, mode: str, ctx: RunContext, progress=None) -> Outcome:
     """Run and judge one scenario in one mode ("sim" or "live"; "live" aims at the session's or
     the scenario's target). progress(done, total) is called as clients finish."""
+    scenario = ctx.prepared(scenario)
     if mode == "live":
         mode = ctx.live_mode(scenario)
     if mode not in ctx.backends:
@@ -185,59 +200,38 @@ def run_scenario(scenario: Scenario, mode: str, ctx: RunContext, progress=None) 
         solo = trace.references
     else:
         solo = solo_runs(scenario, loaded, planned, trace.streams, ctx.solo)
+    live = mode == "live"
+    sim = trace_for(scenario, ctx.parity_mode, ctx) if live and "sim" in scenario.modes else None
     baselines = latency_baselines(scenario, mode, ctx, trace, trace_for)
-    checks = run_checks(scenario, trace, solo, baselines)
-    seconds: list[Trace] = []
-
-    def again() -> Trace:
-        """A second live run of this scenario, made once and shared by every check that asks."""
-        if not seconds:
-            seconds.append(run_trace(scenario, ctx.backends[mode])[0])
-        return seconds[0]
-
-    first = next((c for c in checks if c.name == "latency"), None)
-    if mode == "live" and first is not None and first.passed is False:
-        # The same verdict rule for a negative control: it must fail on both runs. Its baselines
-        # are run again too, just after it: a ratio of two runs made back to back.
-        fresh = latency_baselines(scenario, mode, ctx, again(), lambda s, m, c: run_trace(s, c.backends[m])[0])
-        second = latency(scenario, trace, baselines, (again(), fresh))
-        second.expected_to_fail = first.expected_to_fail
-        checks[checks.index(first)] = second
-    gate = regression(trace, ctx.baselines)
-    if gate is not None and not gate.passed and mode == "live":
-        gate = regression(trace, ctx.baselines, again=again())
-    if gate is not None:
-        checks.append(gate)
-    if mode == "live" and "sim" in scenario.modes:
-        sim = trace_for(scenario, ctx.parity_mode, ctx)
-        check = parity(scenario, trace, sim, ctx.judge_parity_timing)
-        if ctx.judge_parity_timing and timing_only(check):
-            # One live run's p50 moves by up to ~1.5x between runs on this shared machine (a batch-8
-            # step took 1.25 ms in one run and 1.9 ms in the next): judge on two runs, not one.
-            check = parity(scenario, trace, sim, ctx.judge_parity_timing, again())
-        checks.append(check)
+    timed = timing.judge(scenario, trace, baselines, ctx.baselines, sim, ctx.judge_parity_timing)
+    again = None
+    if live and timing.wants_again(timed):
+        # AGAIN (harness.timing): the scenario runs once more, then its baseline scenarios just
+        # after it, so a latency ratio is formed within one back-to-back pair.
+        again = run_trace(scenario, ctx.backends[mode])[0]
+        fresh = latency_baselines(scenario, mode, ctx, again, lambda s, m, c: run_trace(s, c.backends[m])[0])
+        timed = timing.judge(scenario, trace, baselines, ctx.baselines, sim, ctx.judge_parity_timing,
+                             again=(again, fresh))
+    checks = run_checks(scenario, trace, solo, timed)
     if ctx.results_dir is not None:
         from harness.report import timeline_png, write_result
-        write_result(trace, checks, ctx.results_dir)
+        write_result(trace, checks, ctx.results_dir, baseline_figures=timing.baseline_figures(trace, sim))
         timeline_png(trace, ctx.results_dir)
-    return Outcome(scenario, trace, checks, seconds[0] if seconds else None)
+    return Outcome(scenario, trace, checks, again, sim)
 
 
-def use_session_profile(ctx: RunContext, models: list[str], say=print) -> list[StepCostProfile]:
-    """Fit the cost model on this machine now (`calibrate`, ~1.5 min, nothing written) and judge
-    parity against a simulation that uses it. The committed profile still drives the "sim"
-    runs, so the simulated checks and their tight gate stay deterministic; but a machine's
-    speed drifts (the same engine step measured 1.1-1.45x apart on one machine within two
-    hours), and parity should judge the model, not the afternoon."""
-    from harness.calibrate import calibrate
+def use_machine_profile(ctx: RunContext, models: list[str], say=print, refit: bool = False) -> list[StepCostProfile]:
+    """Judge live runs (parity, the live gate) against a simulation under this machine's profile
+    (harness.machine: fitted here, cached, refitted when the machine moved). The committed profile
+    still drives the "sim" runs, so the simulated checks and their tight gate stay deterministic."""
+    from harness.machine import machine_profile
 
-    profiles = [calibrate(m, say=say, repeats=SESSION_ROUNDS, measure_transport=False) for m in models]
-    ctx.backends["sim@session"] = SimBackend(*profiles)
-    ctx.parity_mode = "sim@session"
+    profiles = [machine_profile(m, say=say, refit=refit) for m in models]
+    backend = ctx.backends.get("sim@machine")
+    known = dict(backend.profiles) if isinstance(backend, SimBackend) else {}
+    ctx.backends["sim@machine"] = SimBackend(*known.values(), *profiles)
+    ctx.parity_mode = "sim@machine"
     return profiles
-
-
-SESSION_ROUNDS = 5  # rounds of live calibration runs for a session profile: at 3 the small-batch serving terms still moved 0.2-0.7 ms between rounds
 
 
 def simulate(scenario: Scenario, progress=None) -> tuple[Trace, list[PlannedClient]]:

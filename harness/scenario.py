@@ -110,8 +110,9 @@ class RequestSpec(Strict):
     ignore_eos: bool = True
     pad_bytes: int = Field(0, ge=0, description="lab: a comment of this many bytes before each token event")
     response_class: Literal["starlette", "write_only"] = "starlette"
-    ttft_deadline_ms: float | None = Field(None, gt=0, description="the first-token deadline sent with each request "
-                                                                    "(the server's deadline gate, --admission deadline)")
+    ttft_deadline_ms: Annotated[float, Field(gt=0)] | Literal["slo"] | None = Field(
+        None, description="the first-token deadline sent with each request (the server's deadline gate, --admission "
+                          "deadline): milliseconds, or `slo`: the group's SLO time to first token, as resolved")
 
 
 # ---- behaviours ----
@@ -191,9 +192,19 @@ class Uniform(Strict):
 
 
 class Poisson(Strict):
+    """Exponential gaps at `rate_per_s` (this machine's seconds), or at `rate_x_capacity` times
+    the requests per second this server sustains for the group's requests, probed in the session
+    (harness/capacity.py): the same overload on a slower or a faster machine."""
     kind: Literal["poisson"]
-    rate_per_s: float = Field(gt=0)
+    rate_per_s: float | None = Field(None, gt=0)
+    rate_x_capacity: float | None = Field(None, gt=0)
     start_s: float = Field(0.0, ge=0)
+
+    @model_validator(mode="after")
+    def _one_rate(self) -> "Poisson":
+        if (self.rate_per_s is None) == (self.rate_x_capacity is None):
+            raise ValueError("give exactly one of rate_per_s and rate_x_capacity")
+        return self
 
 
 class Offsets(Strict):
@@ -283,16 +294,29 @@ class NetworkSpec(Strict):
 
 
 class Slo(Strict):
-    """A request meets its group's SLO when both hold (as in vLLM's benchmark and DistServe)."""
+    """A request meets its group's SLO when both hold (as in vLLM's benchmark and DistServe).
+    `ttft_ms` and `tpot_ms` are one machine's milliseconds; `ttft_x_lone` and `tpot_x_lone` are
+    multiples of a lone request's on an idle server, probed in the session (harness/capacity.py),
+    and hold on any machine."""
     ttft_ms: float | None = Field(None, gt=0, description="time to first token, from the request being sent")
     tpot_ms: float | None = Field(None, gt=0, description="time per output token after the first: "
                                                           "(completion - TTFT) / (tokens - 1)")
+    ttft_x_lone: float | None = Field(None, gt=0, description="TTFT within this many times a lone request's")
+    tpot_x_lone: float | None = Field(None, gt=0, description="TPOT within this many times a lone request's")
 
     @model_validator(mode="after")
     def _some(self) -> "Slo":
-        if self.ttft_ms is None and self.tpot_ms is None:
-            raise ValueError("give ttft_ms, tpot_ms or both")
+        if self.ttft_ms is None and self.tpot_ms is None and self.ttft_x_lone is None and self.tpot_x_lone is None:
+            raise ValueError("give ttft_ms or ttft_x_lone, tpot_ms or tpot_x_lone, or one of each")
+        if self.ttft_ms is not None and self.ttft_x_lone is not None:
+            raise ValueError("give ttft_ms or ttft_x_lone, not both")
+        if self.tpot_ms is not None and self.tpot_x_lone is not None:
+            raise ValueError("give tpot_ms or tpot_x_lone, not both")
         return self
+
+    @property
+    def relative(self) -> bool:
+        return self.ttft_x_lone is not None or self.tpot_x_lone is not None
 
 
 class GroupSpec(Strict):
@@ -340,16 +364,16 @@ CheckName = Literal["leak_free", "exactly_once", "identity", "finish_reasons", "
 
 
 Ratio = tuple[Annotated[float, Field(gt=0)], Annotated[float, Field(gt=0)]]
-PARITY_COMPLETION = (0.7, 1.4)  # live/sim completion p50 per group, unless a scenario says otherwise
-PARITY_TTFT = (0.6, 1.6)  # live/sim TTFT p50: first tokens carry more of the machine's noise
 
 
 class ParityTolerance(Strict):
     """A wider live/sim timing tolerance for some groups, with the reason the cost model misses them."""
     reason: str = Field(min_length=10, description="why the simulation cannot predict these groups' live times")
     groups: list[str] = Field(default_factory=list, description="the groups it applies to; empty: every group")
-    completion: Ratio = PARITY_COMPLETION
-    ttft: Ratio = PARITY_TTFT
+    completion: Ratio | None = Field(None, description="[low, high] live/sim completion p50; default: "
+                                                       "harness.timing.PARITY_COMPLETION (0.7, 1.4)")
+    ttft: Ratio | None = Field(None, description="[low, high] live/sim TTFT p50; default: "
+                                                 "harness.timing.PARITY_TTFT (0.6, 1.6)")
 
 
 class OutcomesVary(Strict):
@@ -460,6 +484,11 @@ class Scenario(Strict):
             if ref not in known:
                 raise FieldProblem(("expect", "outcomes_vary", "groups", i),
                                    f"names unknown group {ref!r}; expected one of {names}")
+        for i, g in enumerate(self.groups):
+            if g.request.ttft_deadline_ms == "slo" and (g.slo is None or (g.slo.ttft_ms is None and
+                                                                          g.slo.ttft_x_lone is None)):
+                raise FieldProblem(("groups", i, "request", "ttft_deadline_ms"),
+                                   "`slo` needs the group's slo to give ttft_ms or ttft_x_lone")
         for ref in self.expect.goodput:
             group = next((g for g in self.groups if g.name == ref), None)
             if group is None or group.slo is None:

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from contextlib import asynccontextmanager
 
+from harness import speed, timing
 from harness.backend import ServerBooks
 from harness.clock import run_virtual
 from harness.cores import server_threads
@@ -225,19 +226,6 @@ class ServerCore:
 
 
 @dataclass
-class Drift:
-    """Real step times against the profile's engine terms: an engine that got slower, or a profile
-    from another machine, shows here though virtual time never sees it."""
-    ratios: list[float]
-
-    WARN = 2.0  # a shared 2-core machine (two xdist workers, say) slows real steps this much
-    FAIL = 4.0  # past this the profile no longer describes this engine on this machine
-    MIN_STEPS = 5
-
-    def median(self) -> float | None:
-        return statistics.median(self.ratios) if len(self.ratios) >= self.MIN_STEPS else None
-
-
 class SimStepClock:
     """The hub's step loop on virtual time: a step begins when the server's core is free and
     costs what the profile says; the real time each step took is kept for the drift report."""
@@ -245,7 +233,7 @@ class SimStepClock:
     def __init__(self, profile: StepCostProfile, core: ServerCore) -> None:
         self.profile, self.core = profile, core
         self.loop = asyncio.get_running_loop()
-        self.drift = Drift([])
+        self.real_over_profile: list[float] = []  # each real step's wall time over its engine cost
         self._t = self._engine_s = self._wall0 = 0.0
 
     def begin(self) -> float:
@@ -263,7 +251,7 @@ class SimStepClock:
         at = self.done(out)
         self.core.busy_until = self._t = at
         if self._engine_s > self.profile.idle_step_s:
-            self.drift.ratios.append(wall / self._engine_s)
+            self.real_over_profile.append(wall / self._engine_s)
         return at
 
     def post(self, at: float, fn, *args) -> None:
@@ -348,14 +336,12 @@ class SimServer:
 
     async def collect(self) -> ServerBooks:
         hub = self.hub
-        drift = self.step_clock.drift
-        ratio = drift.median()
-        timing = {"steps_timed": len(drift.ratios), "real_over_profile_p50": ratio,
-                  "profile_machine": self.profile.machine}
+        k, now = speed.factor(self.profile.model, self.profile.reference_s)  # the yardstick, right after the steps
+        step_timing = timing.step_timing(self.step_clock.real_over_profile, k, self.profile, now.as_dict())
         return ServerBooks(hub.stats(), [dict(vars(r)) for r in hub.releases], hub.engine.check_invariants(),
                            hub.engine.check_released(),
                            [r._asdict() for r in hub.step_log],
-                           hub.failure_traceback, step_timing=timing)
+                           hub.failure_traceback, step_timing=step_timing)
 
     async def references(self, planned, records) -> None:
         return None  # the runner runs each request alone on its own engine

@@ -106,6 +106,9 @@ class ServiceConfig:
     fault_step: int = 0
     fault_rate: float = 0.0
     fault_seed: int = 0
+    # Lab only: every engine step also waits (lab_step_slowdown - 1) x its own duration, a slower
+    # engine on demand (the timing gates must catch it on any machine).
+    lab_step_slowdown: float = 1.0
     # "prefill": a stream's first token goes out as soon as its own prefill is done;
     # "step": with the rest of the step's events, when the whole step ends (the chapter's lab).
     first_token: str = "prefill"
@@ -141,6 +144,8 @@ class ServiceConfig:
         _require(self.fault_step >= 0 and 0 <= self.fault_rate <= 1,
                  f"fault_step must be >= 0 and fault_rate in [0, 1], got {self.fault_step}, {self.fault_rate}")
         _require(self.lab or not (self.fault_step or self.fault_rate), "engine faults need --lab")
+        _require(self.lab_step_slowdown >= 1, f"lab step slowdown must be >= 1, got {self.lab_step_slowdown}")
+        _require(self.lab or self.lab_step_slowdown == 1, "a step slowdown needs --lab")
         _require(self.header_timeout_s > 0 and self.body_timeout_s > 0, "header and body timeouts must be > 0 s")
         _require(self.max_head_bytes >= 1024 and self.max_headers >= 8, "max_head_bytes >= 1024, max_headers >= 8")
         _require(self.max_connections >= 1, f"max_connections must be >= 1, got {self.max_connections}")

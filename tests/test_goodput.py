@@ -51,5 +51,5 @@ def test_goodput_must_name_a_group_with_an_slo(tmp_path):
     with pytest.raises(ScenarioError, match=r"s\.yaml.*expect\.goodput\.a.*without an slo"):
         load(path)
     path.write_text(BASE.format(name="s", extra="    slo: {}\n"))
-    with pytest.raises(ScenarioError, match=r"slo.*ttft_ms, tpot_ms or both"):
+    with pytest.raises(ScenarioError, match=r"slo.*give ttft_ms or ttft_x_lone"):
         load(path)

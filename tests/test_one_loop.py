@@ -25,7 +25,7 @@ NON_DEFAULT = {"model": "tiny", "policy": Policy.DROP, "queue_limit": 5, "stall_
                "max_prefills_per_step": 3, "step_token_budget": 48, "prefill_chunk_tokens": 16, "decode_attention": "gather", "dtype": "bfloat16", "history": 123, "fault_step": 7, "fault_rate": 0.25, "fault_seed": 3,
                "header_timeout_s": 3.5, "body_timeout_s": 4.5, "max_connections": 3000, "max_head_bytes": 20000, "max_headers": 50, "api_key": "k", "debug": True, "admin_port": free_port(), "first_token": "step", "cache_blocks": 333, "block_size": 8,
                "waiting_limit": 11, "admission": "deadline", "ttft_deadline_ms": 250.0, "max_tokens_budget": 555, "keepalive_s": 2.5, "graceful_timeout_s": 1.5,
-               "resume_window_s": 4.5, "resume_buffer_events": 77, "resume_buffer_bytes": 9999, "lab": True}
+               "resume_window_s": 4.5, "resume_buffer_events": 77, "resume_buffer_bytes": 9999, "lab": True, "lab_step_slowdown": 1.5}
 
 
 HARNESS_SIDE = {"proxy"}  # what the harness puts in front of the server, not a server option
@@ -122,7 +122,7 @@ def test_each_option_changes_the_configuration():
     for name, value in NON_DEFAULT.items():
         if name == "model":
             continue  # one model ships small enough for tests
-        lab = {"lab": True} if name.startswith("fault_") else {}  # faults are lab-only
+        lab = {"lab": True} if name.startswith(("fault_", "lab_")) else {}  # faults are lab-only
         assert ServerSpec(**{name: value, **lab}).service_config() != ServerSpec(**lab).service_config(), name
 
 
@@ -156,44 +156,6 @@ def test_any_subset_in_any_order_gives_the_same_verdicts():
     assert _verdicts(alone)["overlap_4"] == _verdicts(forward)["overlap_4"]
 
 
-# ---- the simulated latency gate is tight; drift is caught ----
-
-def test_first_tokens_two_steps_late_fail_the_simulated_gate(monkeypatch):
-    from streamlab.engine.scheduler import Scheduler
-    original = Scheduler.schedule
-
-    def two_steps_late(self, step):
-        held = [s for s in self.waiting if step - self.__dict__.setdefault("_seen", {}).setdefault(s.seq_id, step) < 2]
-        for s in held:
-            self.waiting.remove(s)
-        try:
-            return original(self, step)
-        finally:
-            self.waiting.extend(held)
-
-    assert runner.run_scenario(load_by_name("late_joiners_8"), "sim", ctx()).ok
-    monkeypatch.setattr(Scheduler, "schedule", two_steps_late)
-    outcome = runner.run_scenario(load_by_name("late_joiners_8"), "sim", ctx())
-    gate = next(c for c in outcome.checks if c.name == "regression")
-    assert not gate.passed and "ttft_s_p50" in " ".join(gate.details)
-
-
-def test_a_slower_engine_fails_the_drift_check(monkeypatch):
-    import time
-    original = BatchEngine.step
-
-    def slow(self, on_prefill=None):
-        time.sleep(0.02)  # an engine that got 20 ms slower per step: virtual time never sees it
-        return original(self, on_prefill)
-
-    assert next(c for c in runner.run_scenario(load_by_name("overlap_4"), "sim", ctx()).checks
-                if c.name == "profile_drift").passed
-    monkeypatch.setattr(BatchEngine, "step", slow)
-    outcome = runner.run_scenario(load_by_name("overlap_4"), "sim", ctx())
-    drift = next(c for c in outcome.checks if c.name == "profile_drift")
-    assert not drift.passed and not outcome.ok
-
-
 # ---- the service does not need the harness ----
 
 def test_serve_runs_without_the_harness_or_pytest():
@@ -211,43 +173,6 @@ def test_serve_runs_without_the_harness_or_pytest():
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert "--max-prefills-per-step" in proc.stdout and "--first-token" in proc.stdout
-
-
-def test_the_live_gate_takes_the_better_of_two_runs_and_still_fails_a_real_regression():
-    from harness.baseline import regression
-    from harness.clients import StreamRecord
-
-    def trace(ttft_s: float):
-        streams = [StreamRecord("g", i, "reader", "p", {}, sent_at=0.0, token_times=[ttft_s, ttft_s + 0.01],
-                                ended_at=ttft_s + 0.01, finish="length") for i in range(3)]
-        return client_trace("s", "live", streams)
-    baselines = {"s": {"live": {"g": {"ttft_s_p50": 0.040}}}}  # bound: 3 x 40 ms + 250 ms = 370 ms
-    stalled, fine = trace(0.547), trace(0.045)
-    assert not regression(stalled, baselines).passed
-    assert regression(stalled, baselines, again=fine).passed  # one stalled run is not a regression
-    assert not regression(stalled, baselines, again=trace(0.600)).passed  # slow twice is
-
-
-def test_a_live_latency_ratio_takes_the_better_of_two_pairs_and_still_fails_a_real_stall():
-    """overlap_8's gap against overlap_1's: each pair is a run of the scenario and of its baseline;
-    one pair slowed by the shared machine passes on the other, a stall in both fails."""
-    from harness.checks import latency
-    from harness.clients import StreamRecord
-
-    def trace(name: str, gap_s: float):
-        times = [0.01 + k * gap_s for k in range(20)]
-        streams = [StreamRecord("streams", i, "reader", "p", {}, sent_at=0.0, token_times=times,
-                                ended_at=times[-1], finish="length") for i in range(2)]
-        return client_trace(name, "live", streams)
-    scenario = load_by_name("overlap_8")  # streams gap_s p50 <= 4 x overlap_1's
-    one = {"overlap_1": trace("overlap_1", 0.0005)}
-    slow, fine = trace("overlap_8", 0.0025), trace("overlap_8", 0.0012)
-    assert not latency(scenario, slow, one).passed
-    check = latency(scenario, slow, one, (fine, {"overlap_1": trace("overlap_1", 0.0006)}))
-    assert check.passed and "better of 2 runs" in check.figure
-    # The ratio is judged within a pair: a fast baseline in the second pair does not rescue it.
-    assert not latency(scenario, slow, one, (fine, {"overlap_1": trace("overlap_1", 0.0002)})).passed
-    assert not latency(scenario, slow, one, (trace("overlap_8", 0.0030), one)).passed
 
 
 def test_the_arrivals_check_fails_a_joiner_sent_after_its_group_ended():

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 import random
+import time
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -69,10 +70,12 @@ class InjectedFault(RuntimeError):
 @dataclass(frozen=True)
 class FaultPlan:
     """Lab only: make the model raise inside step `at_step`, and/or in any step with probability
-    `rate` (a generator seeded with `seed`, so a run is repeatable)."""
+    `rate` (a generator seeded with `seed`, so a run is repeatable); make every step wait
+    (step_slowdown - 1) x its own duration after it (a slower engine, for the timing gates)."""
     at_step: int = 0
     rate: float = 0.0
     seed: int = 0
+    step_slowdown: float = 1.0
 
     def rng(self) -> random.Random:
         return random.Random(self.seed)
@@ -209,7 +212,11 @@ class BatchEngine:
         if not self._step_lock.acquire(blocking=False):
             raise RuntimeError("step() called while another step is running")
         try:
-            return self._step(on_prefill)
+            t0 = time.perf_counter()
+            out = self._step(on_prefill)
+            if self.fault is not None and self.fault.step_slowdown > 1:
+                time.sleep((self.fault.step_slowdown - 1) * (time.perf_counter() - t0))
+            return out
         finally:
             self._step_lock.release()
 

@@ -1,0 +1,78 @@
+"""This machine's speed now, by a yardstick that runs none of our engine's code.
+
+The yardstick is transformers' own GPT-2 forward pass (`GPT2LMHeadModel` with its own
+contiguous KV cache, the same weights) at the shapes of decode steps, with the torch threads a
+live server gets (harness/cores.py). A profile stores what the yardstick took when its engine
+terms were measured (`reference_s`), so now/then says how much slower or faster this machine
+is than the one that made the profile, and the engine's real step times can be judged on this
+machine: a slower machine slows both, a slower engine only ours. A slowdown written into our
+engine's code is also in any profile fitted this session, which is why the yardstick must not
+run it.
+
+Each shape is timed as the median of single steps, as the engine's steps are, so the two
+compare like with like (a CPU quota's throttling pauses hit neither median: with a 10 ms period
+a sub-millisecond step is rarely cut). It is timed in a tight loop right after a run's steps:
+timed one step at a time between them, its reading moved 1.1-1.6x from run to run of one
+scenario (its code and weights cold each time), where the tight loop's moved within 10%.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass
+from functools import lru_cache
+
+from harness.cores import server_threads
+
+BATCHES = (1, 8)  # decode shapes timed: a lone stream and a small batch
+PROMPT_TOKENS, STEPS, WARMUP = 32, 12, 2
+REPEATS = 5  # bursts per shape; the median of their medians
+
+
+@dataclass(frozen=True)
+class Reading:
+    """The yardstick's decode step at each batch size (seconds), and one figure for them."""
+    model: str
+    decode_s: dict[int, float]
+
+    @property
+    def step_s(self) -> float:
+        """The geometric mean over the shapes: one slower shape moves it by its share."""
+        return math.exp(statistics.fmean(math.log(v) for v in self.decode_s.values()))
+
+    def as_dict(self) -> dict:
+        return {"decode_s": {str(b): round(v, 8) for b, v in self.decode_s.items()}, "step_s": round(self.step_s, 8)}
+
+
+@lru_cache(maxsize=4)
+def _yardstick(model: str):
+    from streamlab.bench_step import fixed_length_prompts
+    from streamlab.models import load_model
+
+    loaded = load_model(model)
+    return loaded.hf_model(), fixed_length_prompts(loaded, max(BATCHES), PROMPT_TOKENS)
+
+
+def measure(model: str, repeats: int = REPEATS) -> Reading:
+    """Time the yardstick now (about 0.1 s for tiny), interleaving the shapes."""
+    from harness.profile import torch_threads
+    from streamlab.bench_step import contiguous_step_ms
+
+    hf, prompts = _yardstick(model)
+    samples: dict[int, list[float]] = {b: [] for b in BATCHES}
+    with torch_threads(server_threads()):
+        for _ in range(repeats):
+            for b in BATCHES:
+                samples[b].append(statistics.median(contiguous_step_ms(hf, prompts[:b], STEPS, WARMUP)) / 1e3)
+    return Reading(model, {b: statistics.median(v) for b, v in samples.items()})
+
+
+def factor(model: str, reference_s: dict | None) -> tuple[float | None, Reading]:
+    """(this machine now over the machine that made the profile, the reading now); None for a
+    profile that stored no reference (made before the yardstick existed)."""
+    now = measure(model)
+    if not reference_s or not reference_s.get("step_s"):
+        return None, now
+    return now.step_s / reference_s["step_s"], now
+

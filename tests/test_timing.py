@@ -1,0 +1,259 @@
+"""harness/timing.py: every timing verdict judged on figures of this machine and session.
+
+A trace 3x slower with the same shape (a slower machine) passes; an engine 1.5x slower fails on
+any machine; a first token two steps late fails the simulated gate; one noisy live run is judged
+again on two, and a real regression, slow in both, still fails.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+
+import pytest
+
+from harness import runner, speed, timing
+from harness.clients import StreamRecord
+from harness.scenario import load_by_name
+from streamlab.engine.engine import BatchEngine
+from tests.helpers import client_trace
+
+
+def ctx() -> runner.RunContext:
+    return runner.RunContext(results_dir=None)
+
+
+def stretched(trace, factor: float, mode: str | None = None):
+    """The same trace with every stream's times stretched by `factor` from its send."""
+    out = copy.deepcopy(trace)
+    out.mode = mode or trace.mode
+    for s in out.streams:
+        s.token_times = [s.sent_at + factor * (t - s.sent_at) for t in s.token_times]
+        s.ended_at = s.sent_at + factor * (s.ended_at - s.sent_at)
+    return out
+
+
+def with_steps(trace, real_over_profile: float, speed_factor: float, steps: int = 50):
+    out = copy.deepcopy(trace)
+    out.step_timing = {"steps_timed": steps, "real_over_profile_p50": real_over_profile,
+                       "speed_factor": speed_factor, "profile_machine": "test"}
+    return out
+
+
+@pytest.fixture(scope="module")
+def overlap_4():
+    scenario = load_by_name("overlap_4")
+    return scenario, runner.simulate(scenario)[0]
+
+
+# ---- the live gate: committed live/sim ratios times this machine's simulated figures ----
+
+def test_a_live_trace_three_times_slower_with_the_same_shape_passes_the_gate(overlap_4):
+    scenario, sim = overlap_4
+    live = stretched(sim, 1.1, "live")
+    committed = {scenario.name: {"live": timing.baseline_figures(live, sim)}}
+    assert timing.regression(live, committed, sim).passed
+    # A machine 3x slower: its simulation (under its own profile) and its live run both 3x.
+    slower_sim, slower_live = stretched(sim, 3.0), stretched(live, 3.0)
+    assert timing.regression(slower_live, committed, slower_sim).passed
+    # A live run 6x slower than this machine's simulation says is a regression.
+    assert not timing.regression(stretched(live, 6.0), committed, sim).passed
+
+
+def test_the_live_gate_takes_the_better_of_two_runs_and_still_fails_a_real_regression(overlap_4):
+    scenario, sim = overlap_4
+    committed = {scenario.name: {"live": timing.baseline_figures(stretched(sim, 1.0, "live"), sim)}}  # live/sim 1.0
+    stalled, fine = stretched(sim, 8.0, "live"), stretched(sim, 1.2, "live")  # 8 x ~110 ms > 3 x 110 + 250 ms
+    assert not timing.regression(stalled, committed, sim).passed
+    assert timing.regression(stalled, committed, sim, again=fine).passed  # one stalled run is not a regression
+    assert not timing.regression(stalled, committed, sim, again=stretched(sim, 7.0, "live")).passed  # slow twice is
+
+
+def test_a_live_baseline_is_a_ratio_to_the_simulation_and_the_engine_figure():
+    sim = load_by_name("overlap_1")
+    trace = runner.simulate(sim)[0]
+    live = with_steps(stretched(trace, 1.25, "live"), real_over_profile=2.0, speed_factor=1.6)
+    figures = timing.baseline_figures(live, trace)
+    assert figures["streams"]["completion_s_p50_over_sim"] == pytest.approx(1.25, rel=0.02)
+    assert figures[timing.ENGINE_KEY]["step_over_profile"] == pytest.approx(1.25)
+
+
+# ---- the simulated gate: deterministic virtual seconds, tight ----
+
+def test_first_tokens_two_steps_late_fail_the_simulated_gate(monkeypatch):
+    from streamlab.engine.scheduler import Scheduler
+    original = Scheduler.schedule
+
+    def two_steps_late(self, step):
+        held = [s for s in self.waiting if step - self.__dict__.setdefault("_seen", {}).setdefault(s.seq_id, step) < 2]
+        for s in held:
+            self.waiting.remove(s)
+        try:
+            return original(self, step)
+        finally:
+            self.waiting.extend(held)
+
+    assert runner.run_scenario(load_by_name("late_joiners_8"), "sim", ctx()).ok
+    monkeypatch.setattr(Scheduler, "schedule", two_steps_late)
+    outcome = runner.run_scenario(load_by_name("late_joiners_8"), "sim", ctx())
+    gate = next(c for c in outcome.checks if c.name == "regression")
+    assert not gate.passed and "ttft_s_p50" in " ".join(gate.details)
+
+
+# ---- drift: the engine against the yardstick ----
+
+def test_drift_passes_a_slower_machine_and_fails_a_slower_engine(overlap_4):
+    scenario, sim = overlap_4
+    committed = {scenario.name: {"sim": {timing.ENGINE_KEY: {"step_over_profile": 0.7}}}}
+    assert timing.drift(with_steps(sim, 0.7, 1.0), committed).passed
+    assert timing.drift(with_steps(sim, 2.1, 3.0), committed).passed  # a machine 3x slower: the yardstick too
+    assert timing.drift(with_steps(sim, 0.23, 1 / 3), committed).passed  # or 3x faster
+    assert not timing.drift(with_steps(sim, 1.05, 1.0), committed).passed  # the engine 1.5x slower
+    assert not timing.drift(with_steps(sim, 3.15, 3.0), committed).passed  # on a slower machine too
+    assert not timing.drift(with_steps(sim, 0.35, 1 / 3), committed).passed  # and on a faster one
+    assert timing.drift(_few(sim), committed).passed is None  # fewer than five steps: not observable, never passed
+    assert timing.drift(with_steps(sim, 0.7, 1.0), {}).passed is None  # nothing committed to judge against
+
+
+def _few(trace):
+    from harness.profile import load_profile
+
+    out = copy.deepcopy(trace)
+    out.step_timing = timing.step_timing([1.0, 1.0], 1.0, load_profile("tiny"), {})
+    return out
+
+
+def test_live_drift_is_judged_against_the_scenarios_committed_live_figure(overlap_4):
+    scenario, sim = overlap_4
+    live = _mode(with_steps(sim, 2.6, 1.3))  # 2.0x the profile over the yardstick: the GIL shared with the loop
+    committed = {scenario.name: {"live": {timing.ENGINE_KEY: {"step_over_profile": 2.0}}}}
+    assert timing.drift(live, committed).passed
+    assert timing.drift(_mode(with_steps(live, 7.8, 3.9)), committed).passed  # a machine 3x slower
+    slower = _mode(with_steps(live, 3.9, 1.3))  # the engine 1.5x slower
+    assert not timing.drift(slower, committed).passed
+    assert timing.drift(slower, committed, again=_mode(with_steps(live, 2.7, 1.3))).passed  # one noisy run
+    assert not timing.drift(slower, committed, again=_mode(with_steps(live, 3.8, 1.3))).passed  # slow twice
+
+
+def _mode(trace, mode: str = "live"):
+    trace.mode = mode
+    return trace
+
+
+def test_the_yardstick_runs_none_of_our_engines_code(monkeypatch):
+    """A slowdown written into our engine's step shows in the engine's steps, not in the yardstick."""
+    before = speed.measure("tiny", repeats=3).step_s
+
+    def never(*args, **kwargs):
+        raise AssertionError("the yardstick called our engine")
+
+    monkeypatch.setattr(BatchEngine, "step", never)
+    after = speed.measure("tiny", repeats=3).step_s
+    assert 0.5 < after / before < 2.0
+
+
+def test_a_slowdown_written_into_the_engines_step_fails_drift_in_simulation(monkeypatch):
+    original = BatchEngine.step
+
+    def slower(self, on_prefill=None):  # the same step, and half its time again of busy work
+        t0 = time.perf_counter()
+        out = original(self, on_prefill)
+        until = time.perf_counter() + 0.5 * (time.perf_counter() - t0)
+        while time.perf_counter() < until:
+            pass
+        return out
+
+    drift = next(c for c in runner.run_scenario(load_by_name("overlap_8"), "sim", ctx()).checks
+                 if c.name == "profile_drift")
+    assert drift.passed, drift.line()
+    monkeypatch.setattr(BatchEngine, "step", slower)
+    outcome = runner.run_scenario(load_by_name("overlap_8"), "sim", ctx())
+    drift = next(c for c in outcome.checks if c.name == "profile_drift")
+    assert not drift.passed and not outcome.ok, drift.line()
+
+
+def test_the_lab_step_slowdown_fails_drift_in_simulation():
+    c = runner.RunContext(results_dir=None, lab_step_slowdown=1.5)
+    outcome = runner.run_scenario(load_by_name("overlap_8"), "sim", c)
+    drift = next(x for x in outcome.checks if x.name == "profile_drift")
+    assert not drift.passed, drift.line()
+
+
+# ---- a scenario's own latency bounds: ratios within one back-to-back pair ----
+
+def test_a_live_latency_ratio_takes_the_better_of_two_pairs_and_still_fails_a_real_stall():
+    """overlap_8's gap against overlap_1's: each pair is a run of the scenario and of its baseline;
+    one pair slowed by the shared machine passes on the other, a stall in both fails."""
+    def trace(name: str, gap_s: float):
+        times = [0.01 + k * gap_s for k in range(20)]
+        streams = [StreamRecord("streams", i, "reader", "p", {}, sent_at=0.0, token_times=times,
+                                ended_at=times[-1], finish="length") for i in range(2)]
+        return client_trace(name, "live", streams)
+    scenario = load_by_name("overlap_8")  # streams gap_s p50 <= 4 x overlap_1's
+    one = {"overlap_1": trace("overlap_1", 0.0005)}
+    slow, fine = trace("overlap_8", 0.0025), trace("overlap_8", 0.0012)
+    assert not timing.latency(scenario, slow, one).passed
+    check = timing.latency(scenario, slow, one, (fine, {"overlap_1": trace("overlap_1", 0.0006)}))
+    assert check.passed and "better of 2 runs" in check.figure
+    # The ratio is judged within a pair: a fast baseline in the second pair does not rescue it.
+    assert not timing.latency(scenario, slow, one, (fine, {"overlap_1": trace("overlap_1", 0.0002)})).passed
+    assert not timing.latency(scenario, slow, one, (trace("overlap_8", 0.0030), one)).passed
+
+
+# ---- parity: the same rule ----
+
+def test_parity_takes_the_better_of_two_runs_and_never_retries_a_token_difference(overlap_4):
+    scenario, sim = overlap_4
+    assert timing.parity(scenario, stretched(sim, 1.2), sim).passed
+    slow = timing.parity(scenario, stretched(sim, 1.6), sim)
+    assert not slow.passed and timing.timing_only(slow)  # completion 1.6x is out of [0.7, 1.4]
+    assert timing.parity(scenario, stretched(sim, 1.6), sim, again=stretched(sim, 1.1)).passed
+    assert not timing.parity(scenario, stretched(sim, 1.6), sim, again=stretched(sim, 1.5)).passed
+    assert not timing.parity(scenario, stretched(sim, 0.5), sim, again=stretched(sim, 1.5)).passed
+    assert timing.parity(scenario, stretched(sim, 1.6), sim, judge_timing=False).passed  # reported only
+    changed = stretched(sim, 1.0)
+    changed.streams[0].token_ids[3] += 1
+    tokens = timing.parity(scenario, changed, sim)
+    assert not tokens.passed and not timing.timing_only(tokens)
+
+
+def test_better_picks_the_run_nearest_the_inside_of_its_bound():
+    assert timing.better([1.6, 1.1], 0.7, 1.4) == 1.1
+    assert timing.better([0.5, 1.5], 0.7, 1.4) == 1.5  # 1.5/1.4 is nearer than 0.7/0.5
+    assert timing.better([3.0, 2.0]) == 2.0  # a one-sided bound: the lower
+
+
+# ---- live: the same slowdowns fail the live drift check ----
+
+SLOWER_STEP = """
+import time
+from streamlab.engine.engine import BatchEngine
+_original = BatchEngine.step
+def step(self, on_prefill=None):  # the same step, and half its time again of busy work
+    t0 = time.perf_counter()
+    out = _original(self, on_prefill)
+    until = time.perf_counter() + 0.5 * (time.perf_counter() - t0)
+    while time.perf_counter() < until:
+        pass
+    return out
+BatchEngine.step = step
+"""
+
+
+def _live_drift(c: runner.RunContext, name: str = "overlap_8"):
+    outcome = runner.run_scenario(load_by_name(name), "live", c)
+    return next(x for x in outcome.checks if x.name == "profile_drift")
+
+
+def test_the_engine_unchanged_passes_live_drift_and_the_lab_slowdown_fails_it():
+    assert _live_drift(ctx()).passed
+    slower = _live_drift(runner.RunContext(results_dir=None, lab_step_slowdown=1.5))
+    assert slower.passed is False, slower.line()
+
+
+def test_a_slowdown_written_into_the_engines_step_fails_live_drift(tmp_path, monkeypatch):
+    import sys
+    (tmp_path / "sitecustomize.py").write_text(SLOWER_STEP)  # the real server process, its step made slower
+    monkeypatch.setenv("PYTHONPATH", f"{tmp_path}:{sys.path[0]}")
+    drift = _live_drift(ctx())
+    assert drift.passed is False, drift.line()
