@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from harness.verdict import CheckResult
-from harness.report import LEFT_BEHIND, Trace, group_slos, holds_nothing, goodput, metric_values, outcomes, percentile
+from harness.report import LEFT_BEHIND, Trace, goodput, group_slos, holds_nothing
 from harness.scenario import BadRequest, JoinWhile, Reconnector, Scenario
 from harness.targets import PROFILES, unobservable
 from harness.timing import CAPACITY

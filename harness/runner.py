@@ -161,7 +161,7 @@ class Outcome:
 def trace_for(scenario: Scenario, mode: str, ctx: RunContext) -> Trace:
     """This session's trace of a scenario in a mode, run now if it has none (a baseline, parity)."""
     if (scenario.name, mode) not in ctx.traces:
-        ctx.traces[(scenario.name, mode)] = run_trace(scenario, ctx.backends[mode])[0]
+        ctx.traces[(scenario.name, mode)] = run_trace(ctx.prepared(scenario), ctx.backends[mode])[0]
     return ctx.traces[(scenario.name, mode)]
 
 
@@ -209,7 +209,7 @@ def run_scenario(scenario: Scenario, mode: str, ctx: RunContext, progress=None) 
         # AGAIN (harness.timing): the scenario runs once more, then its baseline scenarios just
         # after it, so a latency ratio is formed within one back-to-back pair.
         again = run_trace(scenario, ctx.backends[mode])[0]
-        fresh = latency_baselines(scenario, mode, ctx, again, lambda s, m, c: run_trace(s, c.backends[m])[0])
+        fresh = latency_baselines(scenario, mode, ctx, again, lambda s, m, c: run_trace(c.prepared(s), c.backends[m])[0])
         timed = timing.judge(scenario, trace, baselines, ctx.baselines, sim, ctx.judge_parity_timing,
                              again=(again, fresh))
     checks = run_checks(scenario, trace, solo, timed)

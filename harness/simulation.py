@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import statistics
-import time
 from collections import deque
 from dataclasses import dataclass
 
@@ -225,33 +223,27 @@ class ServerCore:
         await asyncio.sleep(max(0.0, self.take(seconds) - asyncio.get_running_loop().time()))
 
 
-@dataclass
 class SimStepClock:
     """The hub's step loop on virtual time: a step begins when the server's core is free and
-    costs what the profile says; the real time each step took is kept for the drift report."""
+    costs what the profile says (the real CPU time each step took is in the hub's step log, for
+    the drift check)."""
 
     def __init__(self, profile: StepCostProfile, core: ServerCore) -> None:
         self.profile, self.core = profile, core
         self.loop = asyncio.get_running_loop()
-        self.real_over_profile: list[float] = []  # each real step's wall time over its engine cost
-        self._t = self._engine_s = self._wall0 = 0.0
+        self._t = 0.0
 
     def begin(self) -> float:
         self._t = max(self.loop.time(), self.core.busy_until)
-        self._engine_s, self._wall0 = 0.0, time.perf_counter()
         return self._t
 
     def done(self, part: StepOutput) -> float:
-        self._engine_s += self.profile.engine_cost(part)
         self._t += self.profile.served_cost(part)
         return self._t
 
     def end(self, out: StepOutput) -> float:
-        wall = time.perf_counter() - self._wall0
         at = self.done(out)
         self.core.busy_until = self._t = at
-        if self._engine_s > self.profile.idle_step_s:
-            self.real_over_profile.append(wall / self._engine_s)
         return at
 
     def post(self, at: float, fn, *args) -> None:
@@ -337,10 +329,11 @@ class SimServer:
     async def collect(self) -> ServerBooks:
         hub = self.hub
         k, now = speed.factor(self.profile.model, self.profile.reference_s)  # the yardstick, right after the steps
-        step_timing = timing.step_timing(self.step_clock.real_over_profile, k, self.profile, now.as_dict())
+        steps = [r._asdict() for r in hub.step_log]
+        step_timing = timing.step_timing(timing.engine_ratios(steps, self.profile), k, self.profile, now.as_dict())
         return ServerBooks(hub.stats(), [dict(vars(r)) for r in hub.releases], hub.engine.check_invariants(),
                            hub.engine.check_released(),
-                           [r._asdict() for r in hub.step_log],
+                           steps,
                            hub.failure_traceback, step_timing=step_timing)
 
     async def references(self, planned, records) -> None:

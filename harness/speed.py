@@ -9,9 +9,11 @@ machine: a slower machine slows both, a slower engine only ours. A slowdown writ
 engine's code is also in any profile fitted this session, which is why the yardstick must not
 run it.
 
-Each shape is timed as the median of single steps, as the engine's steps are, so the two
-compare like with like (a CPU quota's throttling pauses hit neither median: with a 10 ms period
-a sub-millisecond step is rarely cut). It is timed in a tight loop right after a run's steps:
+Each shape is timed as the median of single steps in this thread's CPU time, as the engine's
+steps are (the hub records each step's thread CPU time): CPU time leaves out what wall time adds
+on a busy machine (waiting for the GIL while the event loop writes, another process on the core,
+a CPU quota's throttling pauses), which moved one live scenario's median step 1.0-2.0x from run
+to run in wall time. It is timed in a tight loop right after a run's steps:
 timed one step at a time between them, its reading moved 1.1-1.6x from run to run of one
 scenario (its code and weights cold each time), where the tight loop's moved within 10%.
 """
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import math
 import statistics
+import time
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -27,7 +30,7 @@ from harness.cores import server_threads
 
 BATCHES = (1, 8)  # decode shapes timed: a lone stream and a small batch
 PROMPT_TOKENS, STEPS, WARMUP = 32, 12, 2
-REPEATS = 5  # bursts per shape; the median of their medians
+REPEATS = 9  # bursts per shape, the median of their medians: at 5 one reading in a few moved 15%
 
 
 @dataclass(frozen=True)
@@ -64,7 +67,8 @@ def measure(model: str, repeats: int = REPEATS) -> Reading:
     with torch_threads(server_threads()):
         for _ in range(repeats):
             for b in BATCHES:
-                samples[b].append(statistics.median(contiguous_step_ms(hf, prompts[:b], STEPS, WARMUP)) / 1e3)
+                samples[b].append(statistics.median(contiguous_step_ms(hf, prompts[:b], STEPS, WARMUP,
+                                                                       clock=time.thread_time)) / 1e3)
     return Reading(model, {b: statistics.median(v) for b, v in samples.items()})
 
 

@@ -66,15 +66,16 @@ GATED = (("ttft_s", 50), ("completion_s", 50))  # the figures the regression gat
 PARITY_COMPLETION = (0.7, 1.4)
 PARITY_TTFT = (0.6, 1.6)
 
-# Drift: the engine's real steps over the committed profile's engine terms, over the yardstick
-# timed right after them (harness/speed.py). What an unchanged engine reads depends on the run
-# around its steps, not on the machine: 0.9-1.0 in most simulated runs here, up to 2x where the run
-# copies megabytes of padding between steps (the caches), and live 2-3.5x, where a step also waits
-# for the GIL while the event loop writes. So each scenario's figure, in each mode, is judged
-# against its own committed one (baselines.json, made with the engine unchanged): at most DRIFT x
-# it. 1.3: over the spread of one scenario's figure from run to run (0.98-1.11x its committed one
-# over the 48 simulated scenarios here) and under the 1.5x slowdown that must fail it.
-DRIFT = 1.3
+# Drift: each step's CPU time (the step thread's: no wait for the GIL, another process or a CPU
+# quota's pause in it) over the committed profile's engine cost for it, the median, over the
+# yardstick's CPU time now over its time when the profile was made (harness/speed.py). What an
+# unchanged engine reads depends on the run around its steps, not on the machine: about 0.9-1.05
+# in most runs here, 1.5-1.7 where megabytes of padding are copied between steps (the caches), and
+# 1.0-1.35 live. So each scenario's figure, in each mode, is judged against its own committed one
+# (baselines.json, made with the engine unchanged): at most DRIFT x it. 1.25: one scenario's figure
+# moved up to 14% from run to run here, and a 1.5x slowdown must still fail from the low end of
+# that spread (1.5 / 1.14 = 1.32).
+DRIFT = 1.25
 DRIFT_MIN_STEPS = 5  # fewer timed steps are not a measurement
 
 
@@ -297,12 +298,13 @@ def timing_only(check: CheckResult) -> bool:
 # ---- drift: the engine's real steps against the yardstick ----
 
 def engine_ratios(steps: list[dict], profile: "StepCostProfile") -> list[float]:
-    """Each busy step of a step log: its real seconds over the profile's engine cost for it."""
+    """Each busy step of a step log: the step thread's CPU time in it over the profile's engine
+    cost for it."""
     out = []
     for s in steps:
         cost = profile.engine_time(s["decoded"], s["prefilled"], s["prompt_tokens"], s.get("decode_context") or None)
-        if (s["decoded"] or s["prompt_tokens"]) and cost > profile.idle_step_s:
-            out.append(s["seconds"] / cost)
+        if (s["decoded"] or s["prompt_tokens"]) and cost > profile.idle_step_s and s.get("cpu_s"):
+            out.append(s["cpu_s"] / cost)
     return out
 
 

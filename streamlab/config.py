@@ -106,8 +106,8 @@ class ServiceConfig:
     fault_step: int = 0
     fault_rate: float = 0.0
     fault_seed: int = 0
-    # Lab only: every engine step also waits (lab_step_slowdown - 1) x its own duration, a slower
-    # engine on demand (the timing gates must catch it on any machine).
+    # Lab only: every engine step also works (lab_step_slowdown - 1) x its own CPU time more, a
+    # slower engine on demand (the timing gates must catch it on any machine).
     lab_step_slowdown: float = 1.0
     # "prefill": a stream's first token goes out as soon as its own prefill is done;
     # "step": with the rest of the step's events, when the whole step ends (the chapter's lab).

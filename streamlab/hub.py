@@ -87,6 +87,7 @@ class StepRecord(NamedTuple):
     prompt_tokens: int  # prompt tokens run (whole prompts, or chunks)
     events: int  # token and finish events it handed over
     decode_context: int = 0  # tokens the decoded sequences attended to, summed
+    cpu_s: float = 0.0  # the step thread's CPU time in the step: no wait for the GIL or the CPU in it
 
 
 @dataclass
@@ -530,12 +531,15 @@ class Hub:
             events_early += len(part.tokens) + len(part.finished)
             clock.post(at, self._deliver, part, at)
 
+        cpu0 = time.thread_time()
         out = self.engine.step(hand_over if self.early_first_token else None)
+        cpu_s = time.thread_time() - cpu0
         end = clock.end(out)
         self._record_releases(out, end)
         self.step_log.append(StepRecord(began, end - began, out.prefilled + prefilled_early, out.decoded,
                                         out.prefill_tokens + prefill_tokens_early,
-                                        len(out.tokens) + len(out.finished) + events_early, out.decode_context))
+                                        len(out.tokens) + len(out.finished) + events_early, out.decode_context,
+                                        cpu_s))
         self.step_costs.observe(out.decoded + out.prefill_tokens + prefill_tokens_early, end - began)
         if not self.waits_for_readers:
             clock.post(end, self._deliver, out, end)

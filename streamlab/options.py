@@ -96,7 +96,7 @@ SERVE_OPTIONS: tuple[ServeOption, ...] = (
                 "lab: the model raises in any step with this probability", bounds={"ge": 0, "le": 1}),
     ServeOption("fault_seed", "--fault-seed", int, _SERVICE.fault_seed, "lab: seed of --fault-rate's draws"),
     ServeOption("lab_step_slowdown", "--lab-step-slowdown", float, _SERVICE.lab_step_slowdown,
-                "lab: every engine step takes this many times as long (it also waits (F - 1) x its own time)",
+                "lab: every engine step takes this many times its CPU time (busy (F - 1) x its own more)",
                 bounds={"ge": 1}),
     ServeOption("header_timeout_s", "--header-timeout", float, _SERVICE.header_timeout_s,
                 "seconds a request head may take to arrive (slowloris); then 408 and the connection closed",

@@ -109,6 +109,7 @@ def test_drift_passes_a_slower_machine_and_fails_a_slower_engine(overlap_4):
     assert timing.drift(with_steps(sim, 2.1, 3.0), committed).passed  # a machine 3x slower: the yardstick too
     assert timing.drift(with_steps(sim, 0.23, 1 / 3), committed).passed  # or 3x faster
     assert not timing.drift(with_steps(sim, 1.05, 1.0), committed).passed  # the engine 1.5x slower
+    assert timing.drift(with_steps(sim, 0.8, 1.0), committed).passed  # 14% up: a run's noise
     assert not timing.drift(with_steps(sim, 3.15, 3.0), committed).passed  # on a slower machine too
     assert not timing.drift(with_steps(sim, 0.35, 1 / 3), committed).passed  # and on a faster one
     assert timing.drift(_few(sim), committed).passed is None  # fewer than five steps: not observable, never passed

@@ -70,8 +70,8 @@ class InjectedFault(RuntimeError):
 @dataclass(frozen=True)
 class FaultPlan:
     """Lab only: make the model raise inside step `at_step`, and/or in any step with probability
-    `rate` (a generator seeded with `seed`, so a run is repeatable); make every step wait
-    (step_slowdown - 1) x its own duration after it (a slower engine, for the timing gates)."""
+    `rate` (a generator seeded with `seed`, so a run is repeatable); make every step busy for
+    (step_slowdown - 1) x its own CPU time more (a slower engine, for the timing gates)."""
     at_step: int = 0
     rate: float = 0.0
     seed: int = 0
@@ -79,6 +79,15 @@ class FaultPlan:
 
     def rng(self) -> random.Random:
         return random.Random(self.seed)
+
+
+def _busy(cpu_s: float) -> None:
+    """The lab's slower engine: this thread's CPU busy for cpu_s more, in torch as a step is
+    (the GIL released inside each product, as in a real step), so it costs what slower code would."""
+    a = torch.ones(32, 32)
+    until = time.thread_time() + cpu_s
+    while time.thread_time() < until:
+        torch.mm(a, a)
 
 
 MAX_CONSECUTIVE_STEP_ERRORS = 3  # this many failed steps in a row: the engine is broken, not unlucky
@@ -212,10 +221,10 @@ class BatchEngine:
         if not self._step_lock.acquire(blocking=False):
             raise RuntimeError("step() called while another step is running")
         try:
-            t0 = time.perf_counter()
+            cpu0 = time.thread_time()
             out = self._step(on_prefill)
             if self.fault is not None and self.fault.step_slowdown > 1:
-                time.sleep((self.fault.step_slowdown - 1) * (time.perf_counter() - t0))
+                _busy((self.fault.step_slowdown - 1) * (time.thread_time() - cpu0))
             return out
         finally:
             self._step_lock.release()
