@@ -134,19 +134,20 @@ class LiveServer:
         for s in steps:
             s["began"] -= self.base
         return ServerBooks(stats, releases["releases"], invariants, releases["ledger_problems_when_idle"], steps,
-                           stats.get("failure"), step_timing=self._step_timing(steps))
+                           stats.get("failure"), step_timing=await self._step_timing())
 
-    def _step_timing(self, steps: list[dict]) -> dict:
-        """The server's real steps against the committed profile and the yardstick timed now
-        (the server idle), for the drift check (harness.timing.drift)."""
+    async def _step_timing(self) -> dict:
+        """The server's engine alone, timed by the server after the run (its /debug/engine-speed),
+        then the yardstick here, for the drift check (harness.timing.drift)."""
         if self.model is None:
             return {}
         try:
             profile = load_profile(self.model)
         except FileNotFoundError:
             return {}
+        decode_s = (await self.endpoint.get_json("/debug/engine-speed"))["decode_s"]
         k, now = speed.factor(self.model, profile.reference_s)
-        return timing.step_timing(timing.engine_ratios(steps, profile), k, profile, now.as_dict())
+        return timing.step_timing(decode_s, k, profile, now.as_dict())
 
 
 class LiveBackend:

@@ -37,8 +37,9 @@ class Trace:
         # The only fields that are not a function of the scenario and seed in simulation.
         data.pop("wall_s")
         data.pop("step_timing")
-        for step in data["steps"]:
-            step.pop("cpu_s", None)  # the step thread's CPU time: the machine's, not the scenario's
+        if self.mode == "sim":
+            for step in data["steps"]:
+                step.pop("cpu_s", None)  # the step thread's CPU time: the machine's, not the scenario's
         return json.dumps(data, indent=1, sort_keys=True, default=str)
 
     def group(self, name: str) -> list[StreamRecord]:

@@ -25,7 +25,8 @@ from harness.profile import StepCostProfile, load_profile, torch_threads
 from harness.scenario import BandwidthToxic, GroupSpec, LatencyToxic, Scenario
 from harness.wire import StreamlabWire
 from streamlab.app import create_app
-from streamlab.engine.engine import StepOutput
+from streamlab.bench_step import engine_speed
+from streamlab.engine.engine import FaultPlan, StepOutput
 from streamlab.hub import Hub, Wait
 
 SETTLE_POLL_S = 0.01
@@ -289,8 +290,10 @@ def sim_network(group: GroupSpec) -> tuple[float, float | None, float]:
 class SimServer:
     """One scenario's app and hub on virtual time (harness.backend.Server)."""
 
-    def __init__(self, app, state: dict, profile: StepCostProfile, clock: SimStepClock, api_key: str = "") -> None:
+    def __init__(self, app, state: dict, profile: StepCostProfile, clock: SimStepClock, api_key: str = "",
+                 slowdown: FaultPlan | None = None) -> None:
         self.app, self.state, self.profile, self.step_clock = app, state, profile, clock
+        self.slowdown = slowdown  # the lab's slower engine, for the engine's speed after the run
         self.wire = StreamlabWire(api_key=api_key)
         self.hub: Hub = state["hub"]
         self.loop = asyncio.get_running_loop()
@@ -328,9 +331,11 @@ class SimServer:
 
     async def collect(self) -> ServerBooks:
         hub = self.hub
-        k, now = speed.factor(self.profile.model, self.profile.reference_s)  # the yardstick, right after the steps
         steps = [r._asdict() for r in hub.step_log]
-        step_timing = timing.step_timing(timing.engine_ratios(steps, self.profile), k, self.profile, now.as_dict())
+        # The engine alone on this run's code and lab slowdown, then the yardstick (harness.timing.drift).
+        decode_s = engine_speed(self.state["model"], hub.engine.config.decode_attention, self.slowdown)
+        k, now = speed.factor(self.profile.model, self.profile.reference_s)
+        step_timing = timing.step_timing(decode_s, k, self.profile, now.as_dict())
         return ServerBooks(hub.stats(), [dict(vars(r)) for r in hub.releases], hub.engine.check_invariants(),
                            hub.engine.check_released(),
                            steps,
@@ -361,7 +366,9 @@ class SimBackend:
                          threaded=False)
         async with app.router.lifespan_context(app) as state:
             clock = SimStepClock(profile, ServerCore())
-            server = SimServer(app, state, profile, clock, scenario.server.api_key)
+            slow = scenario.server.lab_step_slowdown
+            server = SimServer(app, state, profile, clock, scenario.server.api_key,
+                               FaultPlan(step_slowdown=slow) if slow != 1 else None)
             driver = loop.create_task(drive(state["hub"], clock))
             try:
                 yield server

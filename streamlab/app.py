@@ -332,6 +332,16 @@ def create_app(config: ServiceConfig = ServiceConfig(), loaded: LoadedModel | No
         hub: Hub = request.state.hub
         return JSONResponse({"steps": [r._asdict() for r in list(hub.step_log)]})
 
+    async def engine_speed_route(request: Request) -> Response:
+        """The engine's decode step alone, now (a fresh engine of this server's model, attention and
+        lab slowdown, on a worker thread): the harness's drift check compares it with its profile."""
+        from streamlab.bench_step import engine_speed
+
+        slowdown = FaultPlan(step_slowdown=config.lab_step_slowdown) if config.lab_step_slowdown != 1 else None
+        loaded: LoadedModel = request.state.model
+        decode_s = await anyio.to_thread.run_sync(engine_speed, loaded, config.engine.decode_attention, slowdown)
+        return JSONResponse({"decode_s": decode_s, "clock": "thread CPU time"})
+
     async def config_route(request: Request) -> Response:
         """The configuration this server parsed (the harness checks it equals the simulation's)."""
         shown = dataclasses.replace(config, api_key="(set)" if config.api_key else "")  # never the key itself
@@ -390,6 +400,7 @@ def create_app(config: ServiceConfig = ServiceConfig(), loaded: LoadedModel | No
         Route("/debug/releases", releases, methods=["GET"]),
         Route("/debug/steps", steps, methods=["GET"]),
         Route("/debug/config", config_route, methods=["GET"]),
+        Route("/debug/engine-speed", engine_speed_route, methods=["GET"]),
         Route("/debug/sizes", sizes, methods=["GET"]),
         Route("/lab/flood", lab_flood, methods=["GET"]),
         Route("/lab/flood-result", lab_flood_result, methods=["GET"]),

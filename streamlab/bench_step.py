@@ -20,7 +20,7 @@ import torch
 from transformers import GPT2LMHeadModel
 
 from streamlab.config import CacheConfig, EngineConfig
-from streamlab.engine.engine import BatchEngine
+from streamlab.engine.engine import BatchEngine, FaultPlan
 from streamlab.models import LoadedModel
 from streamlab.prompts import shipped_prompts
 from streamlab.sampling import SamplingParams
@@ -38,24 +38,46 @@ def fixed_length_prompts(loaded: LoadedModel, count: int, length: int) -> list[l
 
 
 def paged_step_ms(loaded: LoadedModel, prompts: list[list[int]], steps: int, warmup: int,
-                  decode_attention: str = EngineConfig().decode_attention) -> list[float]:
+                  decode_attention: str = EngineConfig().decode_attention, clock=time.perf_counter,
+                  fault: FaultPlan | None = None) -> list[float]:
+    """Our engine's pure decode steps of len(prompts) sequences, timed by `clock` (wall by default)."""
     batch = len(prompts)
     new_tokens = steps + warmup + 1
     cache = CacheConfig(num_blocks=batch * CacheConfig().blocks_for(len(prompts[0]) + new_tokens))
     # Whole-prompt prefill, so one step prefills them all and every later step is a pure decode.
     engine = BatchEngine(loaded.model, EngineConfig(max_batch=batch, cache=cache, step_token_budget=0,
-                                                    decode_attention=decode_attention))
+                                                    decode_attention=decode_attention), fault)
     for i, ids in enumerate(prompts):
         engine.submit(str(i), ids, SamplingParams(max_new_tokens=new_tokens, ignore_eos=True))
-    engine.step()  # admission and every prefill
+    for _ in range(10):  # admission and every prefill (one step, unless a scheduler holds some back)
+        engine.step()
+        if not engine.stats().waiting:
+            break
     times = []
     for _ in range(warmup + steps):
-        t0 = time.perf_counter()
+        t0 = clock()
         out = engine.step()
-        times.append((time.perf_counter() - t0) * 1e3)
+        times.append((clock() - t0) * 1e3)
         if out.decoded != batch or out.prefilled:
             raise RuntimeError(f"expected a pure decode step of {batch}, got {out}")
     return times[warmup:]
+
+
+SPEED_BATCHES = (1, 8)  # the decode shapes the engine's speed is read at (harness/speed.py times its yardstick at the same)
+
+
+def engine_speed(loaded: LoadedModel, decode_attention: str, fault: FaultPlan | None = None,
+                 repeats: int = 5) -> dict[str, float]:
+    """Our engine's decode step alone, now, in this thread's CPU time: {batch: seconds}, the median
+    of `repeats` bursts of 12 steps, with the lab's fault plan a server runs with (its slowdown).
+    The drift check compares it with the profile's engine terms, over a yardstick."""
+    prompts = fixed_length_prompts(loaded, max(SPEED_BATCHES), 32)
+    out = {}
+    for b in SPEED_BATCHES:
+        runs = [statistics.median(paged_step_ms(loaded, prompts[:b], 12, 2, decode_attention, time.thread_time, fault))
+                for _ in range(repeats)]
+        out[str(b)] = statistics.median(runs) / 1e3
+    return out
 
 
 # transformers 5.x renamed `past_key_values` to `cache`, in arguments and outputs.
