@@ -60,11 +60,12 @@ def _yardstick(model: str):
 def measure(model: str, repeats: int = REPEATS) -> Reading:
     """Time the yardstick now (about 0.1 s for tiny), interleaving the shapes."""
     from harness.profile import torch_threads
-    from streamlab.bench_step import contiguous_step_ms
+    from streamlab.bench_step import contiguous_step_ms, quiet_collector
 
     hf, prompts = _yardstick(model)
     samples: dict[int, list[float]] = {b: [] for b in BATCHES}
-    with torch_threads(server_threads()):
+    with torch_threads(server_threads()), quiet_collector():
+        contiguous_step_ms(hf, prompts[:1], 4, 2, clock=time.thread_time)  # warm-up, not kept
         for _ in range(repeats):
             for b in BATCHES:
                 samples[b].append(statistics.median(contiguous_step_ms(hf, prompts[:b], STEPS, WARMUP,
