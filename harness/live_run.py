@@ -13,7 +13,7 @@ import gc
 from contextlib import asynccontextmanager
 from pathlib import Path
 
-from harness import speed, timing
+from harness import timing
 from harness.backend import ServerBooks
 from harness.faults import Faults, ProxyHandle, ToxiproxyServer, find_binary
 from harness.h2client import H2Exchange
@@ -145,9 +145,12 @@ class LiveServer:
             profile = load_profile(self.model)
         except FileNotFoundError:
             return {}
-        decode_s = (await self.endpoint.get_json("/debug/engine-speed"))["decode_s"]
-        k, now = speed.factor(self.model, profile.reference_s)
-        return timing.step_timing(decode_s, k, profile, now.as_dict())
+        loop = asyncio.get_running_loop()
+
+        def engine_decode_s() -> dict:  # on a worker thread: the server answers on the loop
+            return asyncio.run_coroutine_threadsafe(self.endpoint.get_json("/debug/engine-speed", 60.0),
+                                                    loop).result(90.0)["decode_s"]
+        return await asyncio.to_thread(timing.measure_engine, engine_decode_s, profile)
 
 
 class LiveBackend:

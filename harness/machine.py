@@ -60,7 +60,8 @@ def fitted_under() -> dict:
 def machine_profile(model: str, say=print, refit: bool = False) -> StepCostProfile:
     """This machine's profile of `model`: the cached fit while it still describes the machine,
     otherwise a new fit (about 1.5 minutes), cached."""
-    path = CACHE / f"{model}.json"
+    quota = cpu_quota()
+    path = CACHE / (f"{model}.json" if quota is None else f"{model}@quota{quota:g}.json")  # a quota: another machine
     reason = "no fit cached for this machine" if not path.exists() else "asked to refit" if refit else None
     if reason is None:
         data = json.loads(path.read_text())

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from contextlib import asynccontextmanager
 
-from harness import speed, timing
+from harness import timing
 from harness.backend import ServerBooks
 from harness.clock import run_virtual
 from harness.cores import server_threads
@@ -333,9 +333,8 @@ class SimServer:
         hub = self.hub
         steps = [r._asdict() for r in hub.step_log]
         # The engine alone on this run's code and lab slowdown, then the yardstick (harness.timing.drift).
-        decode_s = engine_speed(self.state["model"], hub.engine.config.decode_attention, self.slowdown)
-        k, now = speed.factor(self.profile.model, self.profile.reference_s)
-        step_timing = timing.step_timing(decode_s, k, self.profile, now.as_dict())
+        step_timing = timing.measure_engine(
+            lambda: engine_speed(self.state["model"], hub.engine.config.decode_attention, self.slowdown), self.profile)
         return ServerBooks(hub.stats(), [dict(vars(r)) for r in hub.releases], hub.engine.check_invariants(),
                            hub.engine.check_released(),
                            steps,
