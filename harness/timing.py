@@ -291,28 +291,33 @@ def timing_only(check: CheckResult) -> bool:
 
 # ---- drift: the engine's real steps against the yardstick ----
 
-READINGS = 3  # the engine alone and the yardstick are read again while they read past DRIFT, up to this many times
+READINGS = 3  # the engine alone and the yardstick are read again while their figure is past DRIFT, up to this many times
 
 
 def measure_engine(engine_decode_s, profile: "StepCostProfile") -> dict:
     """The drift check's readings for one run: the engine alone (engine_decode_s(): {batch:
     seconds}) and the yardstick, read again while their figure is past DRIFT, at most READINGS
-    times, keeping the best. A slower engine reads slow every time; a reading that one moment of
-    the machine spoiled (1.5x once at a 0.5 quota, the yardstick beside it reading 1.02x) does not."""
+    times. Each is kept at its fastest reading, separately: a CPU-bound step is never faster than
+    it is, and one moment of the machine can spoil either (the engine read 1.5x once at a 0.5
+    quota; a yardstick read slow once let a real 1.5x slowdown read 0.96x when the best *ratio*
+    was kept). A slower engine reads slow every time."""
     from harness import speed
 
-    best: dict | None = None
+    engine: dict[str, float] = {}
+    yard: dict[int, float] = {}
     for i in range(READINGS):
-        k, now = speed.factor(profile.model, profile.reference_s)
-        t = step_timing(engine_decode_s(), k, profile, now.as_dict())
+        for b, v in engine_decode_s().items():
+            engine[b] = min(v, engine.get(b, math.inf))
+        for b, v in speed.measure(profile.model).decode_s.items():
+            yard[b] = min(v, yard.get(b, math.inf))
+        now = speed.Reading(profile.model, yard)
+        then = (profile.reference_s or {}).get("step_s")
+        k = now.step_s / then if then else None
+        t = step_timing(dict(engine), k, profile, now.as_dict())
         t["readings"] = i + 1
-        figure = t["engine_over_profile"] / k if k and t["engine_over_profile"] else None
-        if best is None or (figure is not None and figure < best["figure"]):
-            best = {**t, "figure": figure if figure is not None else math.inf}
-        if figure is None or figure <= DRIFT:
+        if not k or t["engine_over_profile"] is None or t["engine_over_profile"] / k <= DRIFT:
             break
-    best.pop("figure")
-    return best
+    return t
 
 
 def step_timing(decode_s: dict, speed_factor: float | None, profile: "StepCostProfile", yardstick: dict) -> dict:
