@@ -71,13 +71,3 @@ def measure(model: str, repeats: int = REPEATS) -> Reading:
                 samples[b].append(statistics.median(contiguous_step_ms(hf, prompts[:b], STEPS, WARMUP,
                                                                        clock=time.thread_time)) / 1e3)
     return Reading(model, {b: statistics.median(v) for b, v in samples.items()})
-
-
-def factor(model: str, reference_s: dict | None) -> tuple[float | None, Reading]:
-    """(this machine now over the machine that made the profile, the reading now); None for a
-    profile that stored no reference (made before the yardstick existed)."""
-    now = measure(model)
-    if not reference_s or not reference_s.get("step_s"):
-        return None, now
-    return now.step_s / reference_s["step_s"], now
-
