@@ -198,8 +198,9 @@ def _suite(console: Console, ctx, mode: str, pattern: str, update_baseline: bool
                 skipped += 1
                 continue
             outcome = _run(console, scenario, m, ctx)
-            if outcome.trace.mode == "live" and outcome.sim is not None:
-                parity_data += parity_rows(scenario, outcome.trace, outcome.sim, outcome.again)
+            if outcome.trace.mode == "live" and (scenario.name, ctx.parity_mode) in ctx.traces:
+                parity_data += parity_rows(scenario, outcome.trace, ctx.traces[(scenario.name, ctx.parity_mode)],
+                                           outcome.again)
                 if ctx.parity_mode != "sim" and (scenario.name, "sim") in ctx.traces:
                     committed_data += parity_rows(scenario, outcome.trace, ctx.traces[(scenario.name, "sim")],
                                                   outcome.again)

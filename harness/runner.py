@@ -202,8 +202,6 @@ def run_scenario(scenario: Scenario, mode: str, ctx: RunContext, progress=None) 
         solo = solo_runs(scenario, loaded, planned, trace.streams, ctx.solo)
     live = mode == "live"
     sim = trace_for(scenario, ctx.parity_mode, ctx) if live and "sim" in scenario.modes else None
-    if sim is not None and ctx.parity_mode == "sim@machine":
-        sim = at_the_run(scenario, trace, sim, ctx.backends[ctx.parity_mode])
     baselines = latency_baselines(scenario, mode, ctx, trace, trace_for)
     timed = timing.judge(scenario, trace, baselines, ctx.baselines, sim, ctx.judge_parity_timing)
     again = None
@@ -220,22 +218,6 @@ def run_scenario(scenario: Scenario, mode: str, ctx: RunContext, progress=None) 
         write_result(trace, checks, ctx.results_dir, baseline_figures=timing.baseline_figures(trace, sim))
         timeline_png(trace, ctx.results_dir)
     return Outcome(scenario, trace, checks, again, sim)
-
-
-def at_the_run(scenario: Scenario, live: Trace, sim: Trace, backend: SimBackend) -> Trace:
-    """The simulation a live run is judged against, at the machine's speed during that run. This
-    machine moves: minutes after a fit its engine alone read 1.5x and the yardstick 1.3x their
-    times at the fit, and live/sim moved with them (late_joiners_8 completion 1.34-1.49x). Where
-    the yardstick read after the run (harness.timing.moment_factor; transformers' own GPT-2, none of
-    our code, so a slower engine is not scaled away) moved past timing.MOVED since the fit, the
-    scenario is simulated again with the profile's times scaled by that factor."""
-    profile = backend.profiles.get(scenario.server.model)
-    k = timing.moment_factor(live, profile) if profile is not None else None
-    if not timing.moved(k):
-        return sim
-    scaled = run_trace(scenario, SimBackend(profile.scaled(k)))[0]
-    scaled.notes.append(f"{timing.AT_THE_RUN}: its times x{k:.2f} (the yardstick then against the fit)")
-    return scaled
 
 
 def use_machine_profile(ctx: RunContext, models: list[str], say=print, refit: bool = False) -> list[StepCostProfile]:

@@ -278,8 +278,7 @@ def parity(scenario: "Scenario", live: Trace, sim: Trace, judge_timing: bool = T
         problems.append("one mode leaked and the other did not")
     bound = (f"same outcomes, token ids, releases and leaks; p50 live/sim completion in "
              f"[{PARITY_COMPLETION[0]:g}, {PARITY_COMPLETION[1]:g}], TTFT in [{PARITY_TTFT[0]:g}, {PARITY_TTFT[1]:g}]"
-             f"{' (better of two live runs)' if again is not None else ''}; simulated with "
-             f"{'this machine' if sim.mode != 'live' else sim.mode}'s profile{''.join('; ' + n for n in sim.notes if n.startswith(AT_THE_RUN))}")
+             f"{' (better of two live runs)' if again is not None else ''}; simulated with {sim.mode}'s profile")
     if wider:
         bound += f"; wider for {', '.join(wider.groups) or 'every group'}: {wider.reason}"
     return CheckResult("parity", not problems, "; ".join(ratios) or "no timings", bound, problems)
@@ -288,27 +287,6 @@ def parity(scenario: "Scenario", live: Trace, sim: Trace, judge_timing: bool = T
 def timing_only(check: CheckResult) -> bool:
     """A failed parity whose every problem is a timing ratio (outcomes, tokens, releases agree)."""
     return check.passed is False and all(" p50 live/sim " in p for p in check.details)
-
-
-# ---- the machine at the moment of a live run ----
-
-# The yardstick's readings on one idle machine spread by about 5% (min to max of ten readings
-# here); a move past 15% is the machine, not the reading (harness.machine refits on it too).
-MOVED = 1.15
-AT_THE_RUN = "at the machine's speed during the run"  # how a scaled simulation says so in its notes
-
-
-def moment_factor(live: Trace, profile: "StepCostProfile") -> float | None:
-    """How much slower this machine ran a live run than when `profile` was fitted: the yardstick
-    read just after the run (the drift check's reading) over its time at the fit; None where it
-    was not read (another server) or the profile has no yardstick time."""
-    now = (live.step_timing.get("yardstick_now") or {}).get("step_s")
-    then = (profile.reference_s or {}).get("step_s")
-    return now / then if now and then else None
-
-
-def moved(k: float | None) -> bool:
-    return k is not None and not 1 / MOVED <= k <= MOVED
 
 
 # ---- drift: the engine's real steps against the yardstick ----

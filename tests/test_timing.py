@@ -244,30 +244,3 @@ def test_a_slowdown_written_into_the_engines_step_fails_live_drift(tmp_path, mon
     monkeypatch.setenv("PYTHONPATH", f"{tmp_path}:{sys.path[0]}")
     drift = _live_drift(ctx())
     assert drift.passed is False, drift.line()
-
-
-def test_a_live_run_on_a_moved_machine_is_judged_at_that_moments_speed():
-    """The simulation a live run is judged against runs at the machine's speed during that run:
-    scaled by the yardstick's move since the fit where it moved past MOVED, untouched within it."""
-    import dataclasses
-
-    from harness.profile import load_profile
-    from harness.report import metric_values, percentile
-    from harness.simulation import SimBackend
-
-    profile = load_profile("tiny")
-    backend = SimBackend(profile)
-    scenario = load_by_name("overlap_4")
-    sim = runner.run_trace(scenario, backend)[0]
-    then = profile.reference_s["step_s"]
-
-    def live_read(k: float):
-        return dataclasses.replace(sim, step_timing={"yardstick_now": {"step_s": then * k}})
-
-    assert runner.at_the_run(scenario, live_read(1.05), sim, backend) is sim
-    slower = runner.at_the_run(scenario, live_read(1.5), sim, backend)
-    assert any(n.startswith(timing.AT_THE_RUN) for n in slower.notes)
-    ratio = (percentile(metric_values(slower.streams, "completion_s"), 50)
-             / percentile(metric_values(sim.streams, "completion_s"), 50))
-    assert 1.4 < ratio < 1.6, ratio  # every time term x1.5; overlap_4 has no fixed delays
-    assert runner.at_the_run(scenario, dataclasses.replace(sim, step_timing={}), sim, backend) is sim
