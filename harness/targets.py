@@ -177,7 +177,8 @@ def unobservable(profile: Profile) -> dict[str, str]:
     if profile.native_books:
         return {}
     out = {"exactly_once": "it does not report releases per request",
-           "waste": "it does not report tokens generated per request"}
+           "waste": "it does not report tokens generated per request",
+           "profile_drift": "it cannot time its engine alone (streamlab's GET /debug/engine-speed)"}
     if profile.gauges is None:
         out |= {"leak_free": "no load gauges in its profile", "release_within": "no load gauges in its profile"}
     if profile.health_path is None:
