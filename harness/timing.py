@@ -305,13 +305,13 @@ def measure_engine(engine_decode_s, profile: "StepCostProfile") -> dict:
 
     engine: dict[str, float] = {}
     yard: dict[int, float] = {}
+    then = (profile.reference_s or {}).get("step_s")
     for i in range(READINGS):
         for b, v in engine_decode_s().items():
             engine[b] = min(v, engine.get(b, math.inf))
         for b, v in speed.measure(profile.model).decode_s.items():
             yard[b] = min(v, yard.get(b, math.inf))
         now = speed.Reading(profile.model, yard)
-        then = (profile.reference_s or {}).get("step_s")
         k = now.step_s / then if then else None
         t = step_timing(dict(engine), k, profile, now.as_dict())
         t["readings"] = i + 1

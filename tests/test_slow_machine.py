@@ -17,6 +17,7 @@ from harness.verdict import CheckResult
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "results" / "scenarios"  # where `scripts/dev main` writes each run's checks
 SCENARIOS = "overlap_4,late_joiners_8,disconnect_fin_mid,bad_requests,slow_reader_pause_1"
+RESULT_FILES = [RESULTS / f"{name}-{mode}.json" for name in SCENARIOS.split(",") for mode in ("sim", "live")]
 
 
 def quota_unavailable() -> str | None:
@@ -37,20 +38,18 @@ def test_scenarios_pass_on_a_machine_half_as_fast():
     reason = quota_unavailable()
     if reason:
         pytest.skip(reason)
-    for old in (RESULTS / f"{n}-{m}.json" for n in SCENARIOS.split(",") for m in ("sim", "live")):
-        old.unlink(missing_ok=True)  # only this run's verdicts are read below
+    for path in RESULT_FILES:
+        path.unlink(missing_ok=True)  # only this run's verdicts are read below
     proc = subprocess.run([str(ROOT / "scripts" / "dev"), "slow", "0.5", "main", "-k", SCENARIOS], cwd=ROOT,
                           capture_output=True, text=True, timeout=1200)
     assert "under a CPU quota of 0.5" in proc.stderr
     failed = []
-    for name in SCENARIOS.split(","):
-        for mode in ("sim", "live"):
-            path = RESULTS / f"{name}-{mode}.json"
-            assert path.exists(), f"{path} was not written: {proc.stdout[-3000:]} {proc.stderr[-2000:]}"
-            for data in json.loads(path.read_text())["checks"]:
-                check = CheckResult(**data)
-                if not check.ok and not (check.name == "parity" and timing_only(check)):
-                    failed.append(f"{name} {mode}: {check.line()}")
+    for path in RESULT_FILES:
+        assert path.exists(), f"{path} was not written: {proc.stdout[-3000:]} {proc.stderr[-2000:]}"
+        for data in json.loads(path.read_text())["checks"]:
+            check = CheckResult(**data)
+            if not check.ok and not (check.name == "parity" and timing_only(check)):
+                failed.append(f"{path.stem}: {check.line()}")
     assert not failed, "\n".join(failed) + "\n" + proc.stdout[-4000:]
 
 
