@@ -3,7 +3,7 @@ the machine moved.
 
 `streamlab scenario calibrate` fits a whole profile (engine terms in-process, serving terms from
 live runs of scenarios/calibration/) and writes the committed one. The same fit, made on the
-machine that runs the live scenarios (five rounds, about 1.5 minutes, the transport terms kept
+machine that runs the live scenarios (five rounds, 5-8 minutes on 2 cores, the transport terms kept
 from the committed file), is what a live run is judged against: the committed profile describes
 another machine. It is cached in .tools/profiles/ with what it was fitted under: the machine's
 name, its CPU quota (a cgroup's quota makes another machine, `scripts/dev slow`), the yardstick's
@@ -59,7 +59,7 @@ def fitted_under() -> dict:
 
 def machine_profile(model: str, say=print, refit: bool = False) -> StepCostProfile:
     """This machine's profile of `model`: the cached fit while it still describes the machine,
-    otherwise a new fit (about 1.5 minutes), cached."""
+    otherwise a new fit (5-8 minutes on 2 cores), cached."""
     quota = cpu_quota()
     path = CACHE / (f"{model}.json" if quota is None else f"{model}@quota{quota:g}.json")  # a quota: another machine
     reason = "no fit cached for this machine" if not path.exists() else "asked to refit" if refit else None
@@ -76,7 +76,7 @@ def machine_profile(model: str, say=print, refit: bool = False) -> StepCostProfi
             reason = f"the cached fit is {(time.time() - under.get('at', 0)) / 60:.0f} minutes old"
         else:
             return load_profile(model, path)
-    say(f"fitting this machine's cost model for {model} ({reason}; about 1.5 minutes, cached in {CACHE})")
+    say(f"fitting this machine's cost model for {model} ({reason}; 5-8 minutes on 2 cores, cached in {CACHE})")
     from harness.calibrate import calibrate
 
     profile = calibrate(model, say=lambda line: None, repeats=ROUNDS, measure_transport=False)

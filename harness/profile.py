@@ -86,6 +86,14 @@ class StepCostProfile:
     reference_s: dict = field(default_factory=dict)  # the yardstick when the engine terms were measured (harness.speed)
     calibration: dict = field(default_factory=dict)  # how the serving terms were measured, with residuals
 
+    def steps_scaled(self, k: float) -> "StepCostProfile":
+        """The same server whose steps take k times as long: the engine and serving terms times k.
+        A request's own terms (per_request_s, request_latency_s) are not a step's and stay."""
+        return replace(self, decode_s=[[b, v * k] for b, v in self.decode_s], prefill_fixed_s=self.prefill_fixed_s * k,
+                       prefill_per_token_s=self.prefill_per_token_s * k, idle_step_s=self.idle_step_s * k,
+                       decode_per_context_token_s=self.decode_per_context_token_s * k,
+                       serving_s=[[e, v * k] for e, v in self.serving_s], serving_per_byte_s=self.serving_per_byte_s * k)
+
     def buffer_bytes(self, client_rcvbuf: int | None) -> int:
         """Unread bytes a connection holds before the server's writes block."""
         if client_rcvbuf is None:

@@ -148,7 +148,8 @@ class Outcome:
     trace: Trace
     checks: list[CheckResult]
     again: Trace | None = None  # a second live run, when a timing check needed it (harness.timing AGAIN)
-    sim: Trace | None = None  # live: the simulation its parity and gate were judged against
+    sim: Trace | None = None  # live: the simulation its gate was judged against (this machine's profile)
+    paced: list = field(default_factory=lambda: [None, None])  # live: parity's simulation at each run's pace, None: `sim`
 
     @property
     def ok(self) -> bool:
@@ -203,21 +204,42 @@ def run_scenario(scenario: Scenario, mode: str, ctx: RunContext, progress=None) 
     live = mode == "live"
     sim = trace_for(scenario, ctx.parity_mode, ctx) if live and "sim" in scenario.modes else None
     baselines = latency_baselines(scenario, mode, ctx, trace, trace_for)
-    timed = timing.judge(scenario, trace, baselines, ctx.baselines, sim, ctx.judge_parity_timing)
+    paced = [at_the_pace(scenario, trace, sim, ctx.backends[ctx.parity_mode]), None]
+    timed = timing.judge(scenario, trace, baselines, ctx.baselines, sim, ctx.judge_parity_timing, paced=tuple(paced))
     again = None
     if live and timing.wants_again(timed):
         # AGAIN (harness.timing): the scenario runs once more, then its baseline scenarios just
         # after it, so a latency ratio is formed within one back-to-back pair.
         again = run_trace(scenario, ctx.backends[mode])[0]
         fresh = latency_baselines(scenario, mode, ctx, again, lambda s, m, c: run_trace(c.prepared(s), c.backends[m])[0])
+        paced[1] = at_the_pace(scenario, again, sim, ctx.backends[ctx.parity_mode])
         timed = timing.judge(scenario, trace, baselines, ctx.baselines, sim, ctx.judge_parity_timing,
-                             again=(again, fresh))
+                             again=(again, fresh), paced=tuple(paced))
     checks = run_checks(scenario, trace, solo, timed)
     if ctx.results_dir is not None:
         from harness.report import timeline_png, write_result
         write_result(trace, checks, ctx.results_dir, baseline_figures=timing.baseline_figures(trace, sim))
         timeline_png(trace, ctx.results_dir)
-    return Outcome(scenario, trace, checks, again, sim)
+    return Outcome(scenario, trace, checks, again, sim, paced)
+
+
+def at_the_pace(scenario: Scenario, live: Trace, sim: Trace | None, backend: SimBackend) -> Trace | None:
+    """The simulation a live run's parity is judged against at the pace its server ran
+    (harness.timing.pace: its busy steps against the profile, over the simulation's on the same
+    measure): where that moved past timing.MOVED, the scenario simulated again with the profile's
+    step terms scaled by it. A request's own terms stay: the pace does not measure them, and in
+    bad_requests the steps ran 1.4x slow while first tokens came sooner than simulated. None where
+    the pace did not move, or cannot be read."""
+    if sim is None:
+        return None
+    profile = backend.profile(scenario.server.model)
+    k = timing.pace(live, sim, profile)
+    if not timing.moved(k):
+        return None
+    paced = run_trace(scenario, SimBackend(profile.steps_scaled(k)))[0]
+    paced.notes.append(f"{timing.PACED}: the live run's steps took {k:.2f}x what the profile says; "
+                       f"simulated again with its step terms x{k:.2f}")
+    return paced
 
 
 def use_machine_profile(ctx: RunContext, models: list[str], say=print, refit: bool = False) -> list[StepCostProfile]:

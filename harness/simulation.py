@@ -351,6 +351,9 @@ class SimBackend:
     def __init__(self, *profiles: StepCostProfile) -> None:
         self.profiles = {p.model: p for p in profiles}  # others: the model's profile in scenarios/profiles/
 
+    def profile(self, model: str) -> StepCostProfile:
+        return self.profiles.get(model) or load_profile(model)
+
     def run(self, main):
         # The real steps run with the torch threads the profile's engine terms were measured with
         # (a live server's, harness.cores); on torch's default the drift check read 2.4x at overlap_8.
@@ -359,7 +362,7 @@ class SimBackend:
 
     @asynccontextmanager
     async def serving(self, scenario: Scenario):
-        profile = self.profiles.get(scenario.server.model) or load_profile(scenario.server.model)
+        profile = self.profile(scenario.server.model)
         loop = asyncio.get_running_loop()
         app = create_app(scenario.server.service_config(), loaded_model(scenario.server.model), clock=loop.time,
                          threaded=False)

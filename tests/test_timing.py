@@ -15,6 +15,7 @@ import pytest
 from harness import runner, speed, timing
 from harness.clients import StreamRecord
 from harness.scenario import load_by_name
+from harness.simulation import SimBackend
 from streamlab.engine.engine import BatchEngine
 from tests.helpers import client_trace
 
@@ -202,6 +203,43 @@ def test_parity_takes_the_better_of_two_runs_and_never_retries_a_token_differenc
     changed.streams[0].token_ids[3] += 1
     tokens = timing.parity(scenario, changed, sim)
     assert not tokens.passed and not timing.timing_only(tokens)
+
+
+def test_parity_is_judged_at_the_pace_the_live_server_stepped(overlap_4):
+    """A server whose every step took 1.6x what the profile says (the machine moved after the fit):
+    against the simulation under the profile its completions read 1.6x and fail parity; its step
+    log says 1.6x, and the simulation at that pace agrees with it. A run at the profile's pace is
+    not simulated again, and the regression gate keeps the unpaced simulation."""
+    scenario, sim = overlap_4
+    backend = SimBackend()
+    profile = backend.profile(scenario.server.model)
+    slow = runner.run_trace(scenario, SimBackend(profile.steps_scaled(1.6)))[0]
+    slow.mode = "live"
+    k = timing.pace(slow, sim, profile)
+    assert k is not None and 1.5 < k < 1.7, k
+    assert not timing.parity(scenario, slow, sim).passed
+    paced = runner.at_the_pace(scenario, slow, sim, backend)
+    assert paced is not None and any(n.startswith(timing.PACED) for n in paced.notes)
+    assert timing.parity(scenario, slow, paced).passed
+    steady = _mode(copy.deepcopy(sim))
+    assert timing.pace(steady, sim, profile) == pytest.approx(1.0)
+    assert runner.at_the_pace(scenario, steady, sim, backend) is None
+
+
+def test_the_pace_counts_busy_steps_only():
+    """A wait for work between steps is the scenario's, not the server's pace; too few steps are
+    not a pace."""
+    profile = SimBackend().profile("tiny")
+    step = {"decoded": 4, "prefilled": 0, "prompt_tokens": 0, "decode_context": 0, "events": 4}
+    cost = profile.engine_time(4) + profile.serving_cost(4)
+    steps = [dict(step, began=i * 2 * cost, seconds=2 * cost) for i in range(timing.PACE_MIN_STEPS + 1)]
+    steps.append(dict(step, began=steps[-1]["began"] + 0.010, seconds=2 * cost))  # 8 ms waiting for work
+    trace = client_trace("steps", "live", [])
+    trace.steps = steps
+    k, n = timing.step_pace(trace, profile)
+    assert k == pytest.approx(2.0) and n == timing.PACE_MIN_STEPS
+    trace.steps = steps[:timing.PACE_MIN_STEPS]
+    assert timing.step_pace(trace, profile) is None
 
 
 def test_better_picks_the_run_nearest_the_inside_of_its_bound():
