@@ -308,23 +308,32 @@ MOVED = 1.15  # past this the run's pace is the machine, not a fit's per-round s
 # 0.5 quota); waiting for work, or for paused readers, it waits milliseconds to seconds.
 BUSY_GAP_S = 0.001
 PACE_MIN_STEPS = 20  # fewer busy steps are not a pace
+# In the slow-reader files a quarter of the steps read about 3x what the profile says (the step
+# thread waiting while the event loop writes to full buffers) and the rest about 1x: counted,
+# they paced those files' healthy readers to 0.43-0.68x; left out (over 2x the run's median step),
+# 1 group of 150 was out of bounds at full speed against 5 unpaced (offline, the same live runs).
+PACE_OUTLIER = 2.0
 PACED = "paced"  # how a paced simulation's note begins
 
 
 def step_pace(trace: Trace, profile: "StepCostProfile") -> tuple[float, int] | None:
     """The trace's busy step periods (the next step began within BUSY_GAP_S of this one's end) over
-    what `profile` says the same steps cost (engine and serving terms), and how many steps that is."""
-    took = predicted = 0.0
-    n = 0
+    what `profile` says the same steps cost (engine and serving terms), and how many steps that is.
+    A step over PACE_OUTLIER x the run's median is left out: the machine's pace moves every step,
+    and such a step is one the cost model does not represent."""
+    periods, costs = [], []
     for a, b in zip(trace.steps, trace.steps[1:]):
         period = b["began"] - a["began"]
         if period <= 0 or period - a["seconds"] >= BUSY_GAP_S:
             continue
-        took += period
-        predicted += (profile.engine_time(a["decoded"], a["prefilled"], a["prompt_tokens"],
-                                          a.get("decode_context") or None) + profile.serving_cost(a["events"]))
-        n += 1
-    return (took / predicted, n) if n >= PACE_MIN_STEPS and predicted > 0 else None
+        periods.append(period)
+        costs.append(profile.engine_time(a["decoded"], a["prefilled"], a["prompt_tokens"],
+                                         a.get("decode_context") or None) + profile.serving_cost(a["events"]))
+    if len(periods) < PACE_MIN_STEPS or not all(costs):
+        return None
+    typical = statistics.median(p / c for p, c in zip(periods, costs))
+    kept = [(p, c) for p, c in zip(periods, costs) if p / c < PACE_OUTLIER * typical]
+    return sum(p for p, _ in kept) / sum(c for _, c in kept), len(kept)
 
 
 def pace(live: Trace, sim: Trace, profile: "StepCostProfile") -> float | None:

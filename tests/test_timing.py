@@ -227,17 +227,19 @@ def test_parity_is_judged_at_the_pace_the_live_server_stepped(overlap_4):
 
 
 def test_the_pace_counts_busy_steps_only():
-    """A wait for work between steps is the scenario's, not the server's pace; too few steps are
-    not a pace."""
+    """A wait for work between steps is the scenario's, not the server's pace, and so is a step far
+    slower than the run's typical one; too few steps are not a pace."""
     profile = SimBackend().profile("tiny")
     step = {"decoded": 4, "prefilled": 0, "prompt_tokens": 0, "decode_context": 0, "events": 4}
     cost = profile.engine_time(4) + profile.serving_cost(4)
     steps = [dict(step, began=i * 2 * cost, seconds=2 * cost) for i in range(timing.PACE_MIN_STEPS + 1)]
     steps.append(dict(step, began=steps[-1]["began"] + 0.010, seconds=2 * cost))  # 8 ms waiting for work
+    steps.append(dict(step, began=steps[-1]["began"] + 2 * cost, seconds=10 * cost))  # one the model misses
+    steps.append(dict(step, began=steps[-1]["began"] + 10 * cost, seconds=2 * cost))
     trace = client_trace("steps", "live", [])
     trace.steps = steps
     k, n = timing.step_pace(trace, profile)
-    assert k == pytest.approx(2.0) and n == timing.PACE_MIN_STEPS
+    assert k == pytest.approx(2.0) and n == timing.PACE_MIN_STEPS + 1  # all but the wait and the slow one
     trace.steps = steps[:timing.PACE_MIN_STEPS]
     assert timing.step_pace(trace, profile) is None
 
