@@ -1,6 +1,6 @@
 """A slower machine on demand (`scripts/dev slow F CMD`): a few scenarios pass under a CPU quota of
 half this machine with the committed profile and baselines unchanged, every timing verdict judged
-on this machine's own figures (harness/timing.py), parity's timing reported only (see below)."""
+on this machine's own figures (harness/timing.py), parity at the live run's pace."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from harness.timing import timing_only
 from harness.verdict import CheckResult
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -31,10 +30,9 @@ def quota_unavailable() -> str | None:
 @pytest.mark.slow
 def test_scenarios_pass_on_a_machine_half_as_fast():
     """Every verdict that reads a committed file (the simulated gate and drift, the live gate's
-    live/sim ratios, latency) holds under the quota, and so does every outcome, token and release.
-    Parity's live/sim timing is reported here, not judged: at a 0.5 quota its fit does not yet hold
-    on every machine (a fresh CI machine read late_joiners_8's completion at 1.45-1.57x of a fit
-    made minutes before; this one 0.94-1.09x). That acceptance point of issue 21 is open."""
+    live/sim ratios, latency) holds under the quota, and so do parity (at the pace the live server
+    stepped: unpaced, a fresh CI machine read late_joiners_8's completion at 1.45-1.57x of a fit made
+    minutes before) and every outcome, token and release."""
     reason = quota_unavailable()
     if reason:
         pytest.skip(reason)
@@ -48,7 +46,7 @@ def test_scenarios_pass_on_a_machine_half_as_fast():
         assert path.exists(), f"{path} was not written: {proc.stdout[-3000:]} {proc.stderr[-2000:]}"
         for data in json.loads(path.read_text())["checks"]:
             check = CheckResult(**data)
-            if not check.ok and not (check.name == "parity" and timing_only(check)):
+            if not check.ok:
                 failed.append(f"{path.stem}: {check.line()}")
     assert not failed, "\n".join(failed) + "\n" + proc.stdout[-4000:]
 
