@@ -2,6 +2,7 @@
 dropping a waiter whose deadline passed, with its blocks (none) and stream accounted for."""
 
 import asyncio
+import time
 from contextlib import asynccontextmanager
 
 import pytest
@@ -149,9 +150,14 @@ async def test_a_waiter_whose_deadline_passes_is_dropped_with_an_error_event(tin
 
 @pytest.mark.asyncio
 async def test_an_admitted_request_is_not_dropped_when_its_deadline_passes(tiny, monkeypatch):
+    """A 50 ms deadline: an idle server admits within it on any machine (at 1 ms, a busy CI
+    machine's step thread once took longer and the waiter was rightly dropped), and 300 tokens
+    outlive it (about 0.3 s here; the test says so if they did not)."""
     monkeypatch.setattr(hub_module, "predict_ttft_s", lambda *a: 0.0)
     async with running_service(gated(), tiny) as svc:
+        began = time.monotonic()
         reply = await svc.call("/v1/stream", {"prompt": PROMPT, "max_new_tokens": 300, "ignore_eos": True,
-                                              "ttft_deadline_ms": 1})
+                                              "ttft_deadline_ms": 50})
+        assert time.monotonic() - began > 0.05, "the stream ended before its deadline: nothing was tested"
         assert reply.last.get("finish_reason") == "length" and len(reply.tokens) == 300
         assert_clean(await svc.settle())
