@@ -133,6 +133,12 @@ class StepCostProfile:
         """The same work in the live server: the engine, plus delivering its events."""
         return self._served(self.engine_cost(out), len(out.tokens) + len(out.finished))
 
+    def logged_cost(self, step: dict) -> float:
+        """What the simulation charges for the step a step-log entry (/debug/steps) records."""
+        engine_s = self.engine_time(step["decoded"], step["prefilled"], step["prompt_tokens"],
+                                    step.get("decode_context") or None)
+        return self._served(engine_s, step["events"])
+
     def _served(self, engine_s: float, events: int) -> float:
         return max(self.idle_step_s, engine_s + self.serving_cost(events))
 

@@ -327,8 +327,7 @@ def step_pace(trace: Trace, profile: "StepCostProfile") -> tuple[float, int] | N
         if period <= 0 or period - a["seconds"] >= BUSY_GAP_S:
             continue
         periods.append(period)
-        costs.append(profile.engine_time(a["decoded"], a["prefilled"], a["prompt_tokens"],
-                                         a.get("decode_context") or None) + profile.serving_cost(a["events"]))
+        costs.append(profile.logged_cost(a))
     if len(periods) < PACE_MIN_STEPS or not all(costs):
         return None
     typical = statistics.median(p / c for p, c in zip(periods, costs))
@@ -339,8 +338,8 @@ def step_pace(trace: Trace, profile: "StepCostProfile") -> tuple[float, int] | N
 def pace(live: Trace, sim: Trace, profile: "StepCostProfile") -> float | None:
     """How much slower (above 1) the live server stepped than its simulation under `profile`, on the
     same measure: each trace's busy periods over the profile's cost of its own steps. The
-    simulation's own figure (1.0 but for rounding) cancels what is the model's, not the server's. None where either has too few steps (another server
-    has no step log)."""
+    simulation's own figure (1.0 but for rounding) cancels what is the model's, not the server's.
+    None where either has too few steps (another server has no step log)."""
     a, b = step_pace(live, profile), step_pace(sim, profile)
     return a[0] / b[0] if a and b else None
 
@@ -360,8 +359,8 @@ AT_LEAST = 2
 def measure_engine(engine_decode_s, profile: "StepCostProfile") -> dict:
     """The drift check's readings for one run: the engine alone (engine_decode_s(): {batch:
     seconds}) and the yardstick, read AT_LEAST times and again while their figure is past DRIFT, at
-    most READINGS times. Each is kept at its fastest reading, separately: a CPU-bound step is never faster than
-    it is, and one moment of the machine can spoil either (the engine read 1.5x once at a 0.5
+    most READINGS times. Each is kept at its fastest reading, separately: a CPU-bound step is never
+    faster than it is, and one moment of the machine can spoil either (the engine read 1.5x once at a 0.5
     quota; a yardstick read slow once let a real 1.5x slowdown read 0.96x when the best *ratio*
     was kept). A slower engine reads slow every time."""
     from harness import speed

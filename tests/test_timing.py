@@ -209,7 +209,7 @@ def test_parity_is_judged_at_the_pace_the_live_server_stepped(overlap_4):
     """A server whose every step took 1.6x what the profile says (the machine moved after the fit):
     against the simulation under the profile its completions read 1.6x and fail parity; its step
     log says 1.6x, and the simulation at that pace agrees with it. A run at the profile's pace is
-    not simulated again, and the regression gate keeps the unpaced simulation."""
+    not simulated again."""
     scenario, sim = overlap_4
     backend = SimBackend()
     profile = backend.profile(scenario.server.model)
@@ -231,7 +231,7 @@ def test_the_pace_counts_busy_steps_only():
     slower than the run's typical one; too few steps are not a pace."""
     profile = SimBackend().profile("tiny")
     step = {"decoded": 4, "prefilled": 0, "prompt_tokens": 0, "decode_context": 0, "events": 4}
-    cost = profile.engine_time(4) + profile.serving_cost(4)
+    cost = profile.logged_cost(step)
     steps = [dict(step, began=i * 2 * cost, seconds=2 * cost) for i in range(timing.PACE_MIN_STEPS + 1)]
     steps.append(dict(step, began=steps[-1]["began"] + 0.010, seconds=2 * cost))  # 8 ms waiting for work
     steps.append(dict(step, began=steps[-1]["began"] + 2 * cost, seconds=10 * cost))  # one the model misses
