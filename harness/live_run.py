@@ -137,8 +137,8 @@ class LiveServer:
                            stats.get("failure"), step_timing=await self._step_timing())
 
     async def _step_timing(self) -> dict:
-        """The server's engine alone, timed by the server after the run (its /debug/engine-speed),
-        then the yardstick here, for the drift check (harness.timing.drift)."""
+        """The server's engine alone, paired with the yardstick, timed by the server after the run
+        (its /debug/engine-speed), for the drift check (harness.timing.drift)."""
         if self.model is None:
             return {}
         try:
@@ -147,10 +147,10 @@ class LiveServer:
             return {}
         loop = asyncio.get_running_loop()
 
-        def engine_decode_s() -> dict:  # on a worker thread: the server answers on the loop
+        def engine_speed() -> dict:  # on a worker thread: the server answers on the loop
             return asyncio.run_coroutine_threadsafe(self.endpoint.get_json("/debug/engine-speed", 60.0),
-                                                    loop).result(90.0)["decode_s"]
-        return await asyncio.to_thread(timing.measure_engine, engine_decode_s, profile)
+                                                    loop).result(90.0)
+        return await asyncio.to_thread(timing.measure_engine, engine_speed, profile)
 
 
 class LiveBackend:

@@ -332,7 +332,7 @@ class SimServer:
     async def collect(self) -> ServerBooks:
         hub = self.hub
         steps = [r._asdict() for r in hub.step_log]
-        # The engine alone on this run's code and lab slowdown, then the yardstick (harness.timing.drift).
+        # The engine alone on this run's code and lab slowdown, paired with the yardstick (harness.timing.drift).
         step_timing = timing.measure_engine(
             lambda: engine_speed(self.state["model"], hub.engine.config.decode_attention, self.slowdown), self.profile)
         return ServerBooks(hub.stats(), [dict(vars(r)) for r in hub.releases], hub.engine.check_invariants(),

@@ -334,13 +334,14 @@ def create_app(config: ServiceConfig = ServiceConfig(), loaded: LoadedModel | No
 
     async def engine_speed_route(request: Request) -> Response:
         """The engine's decode step alone, now (a fresh engine of this server's model, attention and
-        lab slowdown, on a worker thread): the harness's drift check compares it with its profile."""
+        lab slowdown, on a worker thread), each burst paired with transformers' own GPT-2 step on
+        the same weights: the harness's drift check compares their ratio with its profile's."""
         from streamlab.bench_step import engine_speed
 
         slowdown = FaultPlan(step_slowdown=config.lab_step_slowdown) if config.lab_step_slowdown != 1 else None
         loaded: LoadedModel = request.state.model
-        decode_s = await anyio.to_thread.run_sync(engine_speed, loaded, config.engine.decode_attention, slowdown)
-        return JSONResponse({"decode_s": decode_s, "clock": "thread CPU time"})
+        speed = await anyio.to_thread.run_sync(engine_speed, loaded, config.engine.decode_attention, slowdown)
+        return JSONResponse({**speed, "clock": "thread CPU time"})
 
     async def config_route(request: Request) -> Response:
         """The configuration this server parsed (the harness checks it equals the simulation's)."""

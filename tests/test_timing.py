@@ -13,6 +13,7 @@ import time
 import pytest
 
 from harness import runner, speed, timing
+from harness.profile import load_profile
 from harness.clients import StreamRecord
 from harness.scenario import load_by_name
 from harness.simulation import SimBackend
@@ -35,9 +36,15 @@ def stretched(trace, factor: float, mode: str | None = None):
 
 
 def with_engine(trace, engine_over_profile: float, speed_factor: float):
+    """The trace with a drift reading of an engine this many times the profile's, beside a
+    yardstick this many times its reference, through the arithmetic the backends use."""
+    profile = load_profile("tiny")
+    then = profile.reference_s["decode_s"]
+    engine = {b: engine_over_profile * profile.decode_cost(int(b)) for b in then}
+    yard = {b: speed_factor * then[b] for b in then}
     out = copy.deepcopy(trace)
-    out.step_timing = {"engine_over_profile": engine_over_profile, "speed_factor": speed_factor,
-                       "profile_machine": "test"}
+    out.step_timing = timing.step_timing({"decode_s": engine, "yardstick_s": yard,
+                                          "engine_over_yardstick": {b: engine[b] / yard[b] for b in then}}, profile)
     return out
 
 
