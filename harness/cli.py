@@ -1,4 +1,6 @@
-"""`streamlab scenario ...`: run one file or the whole suite with a readable report; schema; calibrate."""
+"""`streamlab scenario ...`: run one file or the whole suite with a readable report; schema; calibrate.
+And `streamlab lab ...`, the chapter's measurements. Both reach the `streamlab` command as entry
+points (pyproject's `streamlab.commands`), so the service never imports the harness."""
 
 from __future__ import annotations
 
@@ -127,10 +129,9 @@ def _run(console: Console, scenario, mode: str, ctx):
 
 
 def _fit_machine_profile(console: Console, ctx, files, refit: bool = False) -> None:
-    """The cost model live runs are judged against (harness.runner.use_machine_profile)."""
+    """The cost model live runs are judged against (harness.machine.use_machine_profile)."""
     from harness.live_run import live_unavailable
-    from harness.machine import compared_with_committed
-    from harness.runner import use_machine_profile
+    from harness.machine import compared_with_committed, use_machine_profile
 
     models = set()
     for path in files:
@@ -232,3 +233,53 @@ def _suite(console: Console, ctx, mode: str, pattern: str, update_baseline: bool
     console.print(f"{passed} passed, {failed} failed, {skipped} skipped in {time.perf_counter() - t0:.0f}s; "
                   f"results and timelines in results/scenarios/", highlight=False)
     return 1 if failed else 0
+
+
+def lab_parser() -> argparse.ArgumentParser:
+    from streamlab.models import PRESETS
+
+    lab = argparse.ArgumentParser(prog="streamlab lab", description="the chapter's measurements against a real server process")
+    lab_sub = lab.add_subparsers(dest="lab", required=True)
+    model_help = f"preset ({', '.join(PRESETS)}), a local GPT-2 folder, or a GPT-2 name already in the HF cache"
+    for name, text in (("buffers", "bytes a non-reading client absorbs before the server's write blocks"),
+                       ("bytes", "bytes per token event"),
+                       ("disconnect", "release delay after FIN/RST; waste of abandoned streams by response class")):
+        cmd = lab_sub.add_parser(name, help=text)
+        cmd.add_argument("--model", default="tiny", help=model_help)
+        cmd.add_argument("--json", type=Path, default=Path(f"results/lab_{name}.json"))
+        if name == "disconnect":
+            cmd.add_argument("--repetitions", type=int, default=6)
+    return lab
+
+
+def lab_main(argv: list[str] | None = None) -> int:
+    """`streamlab lab buffers|bytes|disconnect` (registered as a streamlab command in pyproject)."""
+    import asyncio
+    import dataclasses
+
+    from harness import lab
+    from streamlab.report_tables import disconnect_table
+
+    args = lab_parser().parse_args(argv)
+    console = Console()
+    if args.lab == "bytes":
+        result = asyncio.run(lab.measure_bytes(args.model))
+        console.print(result)
+    elif args.lab == "buffers":
+        from harness.calibrate import buffer_terms
+        from harness.profile import load_profile
+        result = asyncio.run(lab.measure_buffers(args.model))
+        console.print(result["by_event_bytes"])
+        terms = buffer_terms(result)
+        if terms:  # the simulation's transport: where writes block, and what one read takes
+            profile = dataclasses.replace(load_profile(args.model), **terms)
+            console.print(f"simulation buffer model: {profile.send_buffer_bytes} bytes to a default client, "
+                          f"{profile.server_side_buffer_bytes} on the server's side, one read of a full "
+                          f"receive buffer {profile.read_window_bytes} -> {profile.save()}")
+    else:
+        result = asyncio.run(lab.measure_disconnect(args.model, args.repetitions))
+        console.print(disconnect_table(result))
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(result, indent=2) + "\n")
+    console.print(f"wrote {args.json}")
+    return 0

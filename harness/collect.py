@@ -109,7 +109,7 @@ class ScenarioItem(pytest.Item):
                 if "sim" in self.scenario.modes and ctx.target is None and self.scenario.target is None:
                     # Parity and the live gate are judged against this machine's profile, as in
                     # the suite: fitted on the first such item (cached for the next sessions).
-                    from harness.runner import use_machine_profile
+                    from harness.machine import use_machine_profile
                     if self.scenario.server.model not in getattr(ctx.backends.get("sim@machine"), "profiles", {}):
                         use_machine_profile(ctx, [self.scenario.server.model], say=lambda line: None)
                 outcome = run_scenario(self.scenario, self.mode, ctx)

@@ -16,9 +16,22 @@ event loop then shared that core with the step thread, and healthy readers' queu
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
 
 
 def server_threads() -> int:
     if os.environ.get("STREAMLAB_SERVER_THREADS"):
         return max(1, int(os.environ["STREAMLAB_SERVER_THREADS"]))
     return max(1, len(os.sched_getaffinity(0)) - 1)
+
+
+@contextmanager
+def torch_threads(n: int):
+    """torch's intra-op threads set to n for the block, then put back."""
+    import torch
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)

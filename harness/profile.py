@@ -15,11 +15,10 @@ from __future__ import annotations
 import json
 import statistics
 import time
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
-from harness.cores import server_threads
+from harness.cores import server_threads, torch_threads
 from streamlab.engine.engine import StepOutput
 
 PROFILES = Path(__file__).resolve().parent.parent / "scenarios" / "profiles"
@@ -193,17 +192,6 @@ def calibrate_engine(model_name: str, repeats: int = 3) -> StepCostProfile:
     after = speed.measure(model_name)
     both = speed.Reading(model_name, {b: (before.decode_s[b] * after.decode_s[b]) ** 0.5 for b in before.decode_s})
     return replace(profile, reference_s=both.as_dict())
-
-
-@contextmanager
-def torch_threads(n: int):
-    import torch
-    before = torch.get_num_threads()
-    torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
 
 
 def _calibrate_engine(model_name: str, repeats: int) -> StepCostProfile:

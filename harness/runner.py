@@ -44,12 +44,12 @@ class RunContext:
     solo: dict[str, list[int]] = field(default_factory=dict)  # (model, prompt, request) -> tokens run alone
     traces: dict[tuple[str, str], Trace] = field(default_factory=dict)  # (scenario, mode) -> its latest trace
     # Whether live/sim timing outside its tolerance fails parity (off: reported only). It is
-    # judged against this machine's profile (use_machine_profile) in the suite, `scenario run`
+    # judged against this machine's profile (harness.machine.use_machine_profile) in the suite, `scenario run`
     # and pytest items alike.
     judge_parity_timing: bool = True
     target: Target | None = None  # --target: live runs aim here instead of each scenario's own
     # The simulated trace a live run's parity and gate are judged against: "sim@machine" (this
-    # machine's profile, see use_machine_profile, the default wherever live runs are judged) or
+    # machine's profile, see harness.machine.use_machine_profile, the default wherever live runs are judged) or
     # "sim" (the committed profile: another machine's seconds, for comparison only).
     parity_mode: str = "sim"
     lab_step_slowdown: float = 1.0  # lab: every scenario's engine made slower by this factor (a real regression)
@@ -240,20 +240,6 @@ def at_the_pace(scenario: Scenario, live: Trace, sim: Trace | None, backend: Sim
     paced.notes.append(f"{timing.PACED}: the live run's steps took {k:.2f}x what the profile says; "
                        f"simulated again with its step terms x{k:.2f}")
     return paced
-
-
-def use_machine_profile(ctx: RunContext, models: list[str], say=print, refit: bool = False) -> list[StepCostProfile]:
-    """Judge live runs (parity, the live gate) against a simulation under this machine's profile
-    (harness.machine: fitted here, cached, refitted when the machine moved). The committed profile
-    still drives the "sim" runs, so the simulated checks and their tight gate stay deterministic."""
-    from harness.machine import machine_profile
-
-    profiles = [machine_profile(m, say=say, refit=refit) for m in models]
-    backend = ctx.backends.get("sim@machine")
-    known = dict(backend.profiles) if isinstance(backend, SimBackend) else {}
-    ctx.backends["sim@machine"] = SimBackend(*known.values(), *profiles)
-    ctx.parity_mode = "sim@machine"
-    return profiles
 
 
 def simulate(scenario: Scenario, progress=None) -> tuple[Trace, list[PlannedClient]]:

@@ -19,9 +19,9 @@ from contextlib import asynccontextmanager
 from harness import timing
 from harness.backend import ServerBooks
 from harness.clock import run_virtual
-from harness.cores import server_threads
+from harness.cores import server_threads, torch_threads
 from harness.plan import PlannedClient, loaded_model
-from harness.profile import StepCostProfile, load_profile, torch_threads
+from harness.profile import StepCostProfile, load_profile
 from harness.scenario import BandwidthToxic, GroupSpec, LatencyToxic, Scenario
 from harness.wire import StreamlabWire
 from streamlab.app import create_app

@@ -26,7 +26,7 @@ import time
 from dataclasses import dataclass
 from functools import lru_cache
 
-from harness.cores import server_threads
+from harness.cores import server_threads, torch_threads
 
 BATCHES = (1, 8)  # decode shapes timed: a lone stream and a small batch
 PROMPT_TOKENS, STEPS, WARMUP = 32, 12, 2
@@ -59,7 +59,6 @@ def _yardstick(model: str):
 
 def measure(model: str, repeats: int = REPEATS) -> Reading:
     """Time the yardstick now (about 0.1 s for tiny), interleaving the shapes."""
-    from harness.profile import torch_threads
     from streamlab.bench_step import contiguous_step_ms, quiet_collector
 
     hf, prompts = _yardstick(model)

@@ -41,19 +41,10 @@ def build_parser() -> argparse.ArgumentParser:
     add_serve_options(serve)
     serve.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
 
-    # The harness owns its own parser; the service never imports it (nor pytest).
-    sub.add_parser("scenario", help="scenario files: run, run the suite, schema, baseline, calibrate", add_help=False)
-
-    lab = sub.add_parser("lab", help="the chapter's measurements against a real server process")
-    lab_sub = lab.add_subparsers(dest="lab", required=True)
-    for name, text in (("buffers", "bytes a non-reading client absorbs before the server's write blocks"),
-                       ("bytes", "bytes per token event"),
-                       ("disconnect", "release delay after FIN/RST; waste of abandoned streams by response class")):
-        cmd = lab_sub.add_parser(name, help=text)
-        cmd.add_argument("--model", default="tiny", help=model_help)
-        cmd.add_argument("--json", type=Path, default=Path(f"results/lab_{name}.json"))
-        if name == "disconnect":
-            cmd.add_argument("--repetitions", type=int, default=6)
+    # Commands other packages register (the harness: `scenario` and `lab`) keep their own
+    # parsers; the service never imports them (nor pytest).
+    for name, entry in registered_commands().items():
+        sub.add_parser(name, help=f"registered by {entry.module} (`streamlab {name} --help`)", add_help=False)
 
     export = sub.add_parser("export", help="write a model as a transformers folder (weights, config, tokenizer)")
     export.add_argument("model", help=model_help)
@@ -71,6 +62,17 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+COMMANDS_GROUP = "streamlab.commands"  # entry points: a name -> main(argv) -> exit code
+
+
+def registered_commands() -> dict:
+    """The subcommands other installed packages register in pyproject's entry points (the
+    harness registers `scenario` and `lab`), by name; each is loaded only when it is run."""
+    from importlib.metadata import entry_points
+
+    return {entry.name: entry for entry in entry_points(group=COMMANDS_GROUP)}
+
+
 API_KEY_ENV = "STREAMLAB_API_KEY"
 
 
@@ -86,9 +88,9 @@ def service_config(args: argparse.Namespace) -> ServiceConfig:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    if argv[:1] == ["scenario"]:
-        from harness.cli import main as scenario_main
-        return scenario_main(argv[1:])
+    registered = registered_commands()
+    if argv[:1] and argv[0] in registered:
+        return registered[argv[0]].load()(argv[1:])
     args = build_parser().parse_args(argv)
     if args.command == "serve":
         from streamlab.models import load_model
@@ -102,8 +104,6 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         serve(config, args.host, args.port, args.log_level)
         return 0
-    if args.command == "lab":
-        return run_lab(args)
     from rich.console import Console
 
     from streamlab.models import load_model
@@ -133,40 +133,6 @@ def main(argv: list[str] | None = None) -> int:
         console.print(f"wrote {args.json}")
         return 0
     return 2
-
-
-def run_lab(args: argparse.Namespace) -> int:
-    import asyncio
-    import dataclasses
-    import json
-
-    from rich.console import Console
-
-    from harness import lab
-    from streamlab.report_tables import disconnect_table
-
-    console = Console()
-    if args.lab == "bytes":
-        result = asyncio.run(lab.measure_bytes(args.model))
-        console.print(result)
-    elif args.lab == "buffers":
-        from harness.calibrate import buffer_terms
-        from harness.profile import load_profile
-        result = asyncio.run(lab.measure_buffers(args.model))
-        console.print(result["by_event_bytes"])
-        terms = buffer_terms(result)
-        if terms:  # the simulation's transport: where writes block, and what one read takes
-            profile = dataclasses.replace(load_profile(args.model), **terms)
-            console.print(f"simulation buffer model: {profile.send_buffer_bytes} bytes to a default client, "
-                          f"{profile.server_side_buffer_bytes} on the server's side, one read of a full "
-                          f"receive buffer {profile.read_window_bytes} -> {profile.save()}")
-    else:
-        result = asyncio.run(lab.measure_disconnect(args.model, args.repetitions))
-        console.print(disconnect_table(result))
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(result, indent=2) + "\n")
-    console.print(f"wrote {args.json}")
-    return 0
 
 
 if __name__ == "__main__":

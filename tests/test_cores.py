@@ -7,7 +7,7 @@ import os
 
 from harness.cores import server_threads
 from harness.live import ServerProcess
-from harness.profile import torch_threads
+from harness.cores import torch_threads
 
 
 def test_a_server_gets_a_torch_thread_fewer_than_the_cores(monkeypatch):
