@@ -12,7 +12,7 @@ import asyncio
 import time
 from pathlib import Path
 
-from harness.report import percentile
+from harness.trace import percentile
 from benchmarks.streams import STREAMLAB, timed_stream
 from harness.live import ServerProcess
 from harness.runner import run_live, simulate

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from benchmarks.common import spread
 from harness.profile import decode_only
-from harness.report import percentile
+from harness.trace import percentile
 from benchmarks.servers import ours
 from benchmarks.streams import STREAMLAB, timed_stream
 from streamlab.prompts import prompts_near

@@ -15,7 +15,7 @@ import torch
 
 from benchmarks.common import spread
 from harness.profile import decode_only
-from harness.report import percentile
+from harness.trace import percentile
 from benchmarks.servers import export_folder, ours, peer_server
 from benchmarks.streams import STREAMLAB, Api, TimedStream, burst, peer_api
 from streamlab.bench_step import _CACHE_ARG

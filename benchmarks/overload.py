@@ -5,7 +5,8 @@ run in simulation and live. Goodput: requests that met the group's SLO, per seco
 from __future__ import annotations
 
 from harness import runner
-from harness.report import goodput, group_slos, metric_values, outcomes, percentile
+from harness.capacity import group_slos
+from harness.trace import goodput, metric_values, outcomes, percentile
 from harness.scenario import load_by_name
 
 RULES = ("waiting_limit", "deadline")
@@ -16,6 +17,10 @@ def figures(mode: str) -> dict[str, dict]:
     out = {}
     for rule in RULES:
         scenario = load_by_name(f"overload_{rule}")
+        if mode not in scenario.modes:
+            # The files are live only (their goodput bounds belong to live capacity, see them);
+            # the rules are still compared with each other in simulation, asked for here.
+            scenario = scenario.model_copy(update={"modes": [mode]})
         outcome = runner.run_scenario(scenario, mode, runner.RunContext(results_dir=None))
         failed = [c.line() for c in outcome.checks if c.ok is False]
         streams = outcome.trace.group("clients")

@@ -12,7 +12,7 @@ from __future__ import annotations
 import statistics
 import tracemalloc
 
-from harness.report import metric_values, percentile
+from harness.trace import metric_values, percentile
 from harness.runner import run_live
 from harness.scenario import Scenario, load_by_name
 from streamlab.config import ResumeConfig

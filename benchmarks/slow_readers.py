@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from harness.runner import run_live
-from harness.report import metric_values, percentile
+from harness.trace import metric_values, percentile
 from harness.scenario import load
 
 POLICIES = ("naive", "unbounded", "pause", "drop", "pause_then_drop")

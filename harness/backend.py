@@ -12,27 +12,13 @@ from __future__ import annotations
 
 from collections.abc import Coroutine
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from harness.clients import Opener
 from harness.plan import PlannedClient
 from harness.scenario import Scenario
+from harness.trace import ServerBooks
 from harness.wire import Wire
-
-
-@dataclass
-class ServerBooks:
-    """The server's state after the run drained: what the checks read."""
-    stats: dict
-    releases: list[dict]  # one per request the engine ended, times on the harness clock
-    invariants: list[str]
-    ledger_problems: list[str]
-    steps: list[dict] = field(default_factory=list)  # the step loop's log: began, seconds, prefilled, decoded
-    failure: str | None = None  # the step loop's traceback, if it broke
-    notes: list[str] = field(default_factory=list)
-    step_timing: dict = field(default_factory=dict)  # simulation: real step time against the profile
-    target: dict | None = None  # a target run: what was observed from outside (harness.target_watch)
 
 
 class Server(Protocol):

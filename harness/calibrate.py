@@ -31,7 +31,7 @@ import json
 import statistics
 
 from harness.profile import PROFILES, StepCostProfile, calibrate_engine, decode_only
-from harness.report import Trace, metric_values, percentile
+from harness.trace import Trace, metric_values, percentile
 from harness.scenario import SCENARIOS_DIR, load
 
 CALIBRATION_DIR = SCENARIOS_DIR / "calibration"

@@ -16,8 +16,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from harness.report import Trace, metric_values, percentile
-from harness.scenario import AtOnce, Expectations, GroupSpec, Poisson, Reader, Scenario
+from harness.trace import Trace, metric_values, percentile
+from harness.scenario import AtOnce, Expectations, GroupSpec, Poisson, Reader, Scenario, Slo
 
 BURST_PER_SLOT = 4  # the burst keeps every batch slot busy for about four requests each
 BURST_AT_S = 0.5  # after the lone request (a few ms here; 50 ms would be a machine 10x slower)
@@ -60,7 +60,7 @@ def measure(group: str, trace: Trace) -> Probe:
     gaps = metric_values(lone, "gap_s")
     burst = trace.group("burst")
     sent = [s.sent_at for s in burst if s.sent_at is not None]
-    ended = [s.ended_at for s in burst if s.ended_at is not None and s.outcome in ("length", "eos", "stop")]
+    ended = [s.ended_at for s in burst if s.ended_at is not None and s.finished_normally]
     if ttft is None or not gaps or len(ended) < len(burst) or not sent:
         raise RuntimeError(f"{trace.scenario}: the capacity probe did not complete "
                            f"({len(ended)}/{len(burst)} burst requests finished, lone TTFT {ttft})")
@@ -95,3 +95,7 @@ def resolve(scenario: Scenario, run: Callable[[Scenario], Trace]) -> tuple[Scena
         return scenario, []
     return scenario.model_copy(update={"groups": groups}), probes
 
+
+def group_slos(trace: Trace) -> dict:
+    """The SLO of each group that declares one, from the scenario recorded on the trace."""
+    return {g["name"]: Slo.model_validate(g["slo"]) for g in trace.config.get("groups", []) if g.get("slo")}

@@ -3,19 +3,23 @@
 from __future__ import annotations
 
 from harness.verdict import CheckResult
-from harness.report import LEFT_BEHIND, Trace, goodput, group_slos, holds_nothing
+from harness.capacity import group_slos
+from harness.trace import LEFT_BEHIND, NORMAL_FINISHES, Trace, goodput, holds_nothing
 from harness.scenario import BadRequest, JoinWhile, Reconnector, Scenario
-from harness.targets import PROFILES, unobservable
+from harness.registry import CHECKS, NATIVE, OUTSIDE, implements, settle, unobservable
+from harness.targets import PROFILES
 from harness.timing import CAPACITY
 
 
-def leak_free(trace: Trace) -> CheckResult:
+@implements("leak_free")
+def leak_free(scenario: Scenario | None, trace: Trace, solo: dict | None = None) -> CheckResult:
     s = trace.server
     figure = f"free {s['blocks_free']}/{s['blocks_total']}, " + ", ".join(f"{k} {s[k]}" for k in LEFT_BEHIND)
     return CheckResult("leak_free", holds_nothing(trace), figure, "all blocks free, nothing left", list(trace.invariants))
 
 
-def exactly_once(trace: Trace) -> CheckResult:
+@implements("exactly_once")
+def exactly_once(scenario: Scenario | None, trace: Trace, solo: dict | None = None) -> CheckResult:
     by_request = trace.release_by_request()
     accepted = [s.request_id for s in trace.streams if s.status == 200 and s.request_id]
     problems = list(trace.ledger_problems)
@@ -26,10 +30,12 @@ def exactly_once(trace: Trace) -> CheckResult:
         problems.append(f"{doubles} double-release attempt(s)")
     figure = f"{sum(1 for r in accepted if len(by_request.get(r, [])) == 1)}/{len(accepted)} released once, " \
              f"{doubles} double releases"
-    return CheckResult("exactly_once", not problems, figure, "every sequence released exactly once", problems)
+    return CheckResult("exactly_once", not problems, figure, "every sequence released exactly once", problems,
+                       compared=len(accepted))
 
 
-def identity(trace: Trace, solo: dict[int, list[int] | str]) -> CheckResult:
+@implements("identity")
+def identity(scenario: Scenario | None, trace: Trace, solo: dict[int, list[int] | str]) -> CheckResult:
     """solo: stream position in trace.streams -> the same request run alone: its token ids, or its
     text where the target's API gives no ids (then the stream's text is compared)."""
     problems, compared = [], 0
@@ -41,7 +47,7 @@ def identity(trace: Trace, solo: dict[int, list[int] | str]) -> CheckResult:
         if expected is None:  # the target could not run this request alone: nothing to compare with
             unrunnable += 1
             continue
-        complete = s.finish in ("length", "eos", "stop")
+        complete = s.finish in NORMAL_FINISHES
         if isinstance(expected, str) or not s.token_ids:
             compared += 1
             by_text += 1
@@ -67,7 +73,7 @@ def identity(trace: Trace, solo: dict[int, list[int] | str]) -> CheckResult:
     how += f"; {unrunnable} could not be run alone on the target, so not compared" if unrunnable else ""
     return CheckResult("identity", not problems,
                        f"{compared - len(problems)}/{compared} streams equal their solo run{how}",
-                       "all (a prefix, for streams that ended early)", problems)
+                       "all (a prefix, for streams that ended early)", problems, compared=compared)
 
 
 def _observed_outcome(s, behaviour, refusals: dict) -> str:
@@ -79,7 +85,8 @@ def _observed_outcome(s, behaviour, refusals: dict) -> str:
     return s.outcome
 
 
-def finish_reasons(scenario: Scenario, trace: Trace) -> CheckResult:
+@implements("finish_reasons")
+def finish_reasons(scenario: Scenario | None, trace: Trace, solo: dict | None = None) -> CheckResult:
     """Each group's outcomes. On an OpenAI API an end of text is `stop`, and a target's profile
     says what it answers to a bad request where that differs from the scenario's expectation."""
     problems, figures = [], []
@@ -113,7 +120,8 @@ def finish_reasons(scenario: Scenario, trace: Trace) -> CheckResult:
     return CheckResult("finish_reasons", not problems, "; ".join(figures), bound, problems)
 
 
-def goodput_check(scenario: Scenario, trace: Trace) -> CheckResult:
+@implements("goodput")
+def goodput_check(scenario: Scenario | None, trace: Trace, solo: dict | None = None) -> CheckResult:
     """Each named group: at least this share of its requests met its SLO."""
     problems, figures, bounds = [], [], []
     for name, least in scenario.expect.goodput.items():
@@ -126,13 +134,14 @@ def goodput_check(scenario: Scenario, trace: Trace) -> CheckResult:
     return CheckResult("goodput", not problems, "; ".join(figures), "; ".join(bounds), problems)
 
 
-def engine_faults(scenario: Scenario, trace: Trace) -> CheckResult:
+@implements("engine_faults")
+def engine_faults(scenario: Scenario | None, trace: Trace, solo: dict | None = None) -> CheckResult:
     """Injected engine faults were contained: at least one step failed, each stream either
     finished normally or got `internal_error`, and the server kept serving (no step loop failure)."""
     errors = trace.server.get("engine_step_errors", 0)
     hit = [s for s in trace.streams if s.finish == "internal_error"]
     odd = [f"{s.group}#{s.index}: {s.outcome}" for s in trace.streams
-           if s.status == 200 and s.outcome not in ("length", "eos", "stop", "internal_error", "client_left")]
+           if s.status == 200 and s.outcome not in (*NORMAL_FINISHES, "internal_error", "client_left")]
     problems = ([] if errors else ["no step failed: the fault was not injected"]) + odd
     if trace.failure:
         problems.append("the step loop broke instead of containing the fault")
@@ -142,7 +151,8 @@ def engine_faults(scenario: Scenario, trace: Trace) -> CheckResult:
                        "failed step, the rest served, the step loop alive", problems)
 
 
-def release_within(scenario: Scenario, trace: Trace) -> CheckResult:
+@implements("release_within")
+def release_within(scenario: Scenario | None, trace: Trace, solo: dict | None = None) -> CheckResult:
     """Each early close is released within the bound; with resumption on, a stream that is not
     resumed waits the window first, so the time bound counts from the window's end."""
     bound = scenario.expect.release_within
@@ -171,7 +181,8 @@ def release_within(scenario: Scenario, trace: Trace) -> CheckResult:
                        problems or ([] if steps_seen else ["no stream left early"]))
 
 
-def resumption(scenario: Scenario, trace: Trace) -> CheckResult:
+@implements("resumption")
+def resumption(scenario: Scenario | None, trace: Trace, solo: dict | None = None) -> CheckResult:
     """Reconnectors: every stream resumed at least once and finished, on one request id, with
     event ids 1..n read once each over all its connections (no event lost, none twice)."""
     reconnecting = {g.name for g in scenario.groups if isinstance(g.behaviour, Reconnector)}
@@ -200,7 +211,8 @@ def resumption(scenario: Scenario, trace: Trace) -> CheckResult:
                        "each resumed (at least once) and finished; event ids 1..n once each; one request id", problems)
 
 
-def arrivals(scenario: Scenario, trace: Trace) -> CheckResult:
+@implements("arrivals")
+def arrivals(scenario: Scenario | None, trace: Trace, solo: dict | None = None) -> CheckResult:
     """join_while groups: each client was sent while the group it joins still ran. A joiner that
     came after the group ended proves nothing about joining a running batch (its latency bound
     then passes trivially), which a faster machine would otherwise turn into a silent pass."""
@@ -220,7 +232,8 @@ def arrivals(scenario: Scenario, trace: Trace) -> CheckResult:
                        "every join_while client is sent while the group it joins runs", problems)
 
 
-def waste(scenario: Scenario, trace: Trace) -> CheckResult:
+@implements("waste")
+def waste(scenario: Scenario | None, trace: Trace, solo: dict | None = None) -> CheckResult:
     by_request = trace.release_by_request()
     generated = read = n = 0
     for s in trace.streams:
@@ -237,50 +250,37 @@ def waste(scenario: Scenario, trace: Trace) -> CheckResult:
 
 def run_checks(scenario: Scenario, trace: Trace, solo: dict[int, list[int] | str],
                timed: list[CheckResult] = ()) -> list[CheckResult]:
-    """Every check that applies; `timed`: the timing verdicts (harness.timing.judge), which need
-    this session's other runs, added here so that negative controls are marked in one place."""
-    e = scenario.expect
+    """Every declared check that applies (harness.registry), in its order; `timed`: the timing
+    verdicts (harness.timing.judge), which need this session's other runs. Each result passes
+    the registry's one rule (nothing compared is not observable) and its negative-control mark."""
     t = trace.target
-    native = t is None or t["native_books"]  # our own books: every check observable
     hidden = {} if t is None else unobservable(PROFILES[t["profile"]])
-
-    def unless_hidden(name: str, check) -> CheckResult:
-        return not_observable(name, trace, hidden[name]) if name in hidden else check()
-
-    results = [finish_reasons(scenario, trace),
-               unless_hidden("healthy", lambda: healthy(trace) if native else target_healthy(trace))]
-    if e.leak_free:
-        results.append(unless_hidden("leak_free", lambda: leak_free(trace) if native else leak_free_by_gauges(trace)))
-    if e.exactly_once:
-        results.append(unless_hidden("exactly_once", lambda: exactly_once(trace)))
-    if e.identity:
-        results.append(identity(trace, solo))
-    if e.goodput:
-        results.append(goodput_check(scenario, trace))
-    if scenario.faults is not None and scenario.faults.engine_error is not None:
-        results.append(unless_hidden("engine_faults", lambda: engine_faults(scenario, trace)))
-    if e.release_within is not None:
-        results.append(unless_hidden("release_within", lambda: release_within(scenario, trace) if native
-                                     else release_by_gauges(scenario, trace)))
-    if e.waste is not None:
-        results.append(unless_hidden("waste", lambda: waste(scenario, trace)))
-    if any(isinstance(g.behaviour, Reconnector) for g in scenario.groups):
-        results.append(resumption(scenario, trace))
-    if any(isinstance(g.arrival, JoinWhile) for g in scenario.groups):
-        results.append(arrivals(scenario, trace))
-    if t is not None:
-        results.append(capacity_restored(trace))
-    results += timed
-    for r in results:
-        r.expected_to_fail = r.name in e.expect_failure
-    missing = set(e.expect_failure) - {r.name for r in results}
+    native = t is None or t["native_books"]  # our own books: every check observable
+    timed_by_name = {r.name: r for r in timed}
+    results = []
+    for spec in CHECKS:
+        if spec.timing:
+            if spec.name in timed_by_name:
+                results.append(timed_by_name.pop(spec.name))
+            continue
+        if not spec.applies(scenario) or (spec.targets_only and t is None):
+            continue
+        if spec.name in hidden:
+            results.append(not_observable(spec.name, trace, hidden[spec.name]))
+            continue
+        run = NATIVE[spec.name] if native or spec.name not in OUTSIDE else OUTSIDE[spec.name]
+        results.append(run(scenario, trace, solo))
+    results += timed_by_name.values()
+    results = [settle(r, scenario.expect.expect_failure) for r in results]
+    missing = set(scenario.expect.expect_failure) - {r.name for r in results}
     for name in sorted(missing):
         results.append(CheckResult(name, True, "check not configured", "must be configured to fail", [],
                                    expected_to_fail=True))
     return results
 
 
-def healthy(trace: Trace) -> CheckResult:
+@implements("healthy")
+def healthy(scenario: Scenario | None, trace: Trace, solo: dict | None = None) -> CheckResult:
     """Always on: the server's step loop never broke (its traceback is on the trace if it did)."""
     last = (trace.failure or "").strip().splitlines()[-1:] or ["none"]
     return CheckResult("healthy", trace.failure is None, f"step loop failure: {last[0]}",
@@ -293,14 +293,16 @@ def not_observable(name: str, trace: Trace, why: str) -> CheckResult:
     return CheckResult(name, None, f"on target {trace.target['name']}: {why}", "not evaluated")
 
 
-def target_healthy(trace: Trace) -> CheckResult:
+@implements("healthy", outside=True)
+def target_healthy(scenario: Scenario | None, trace: Trace, solo: dict | None = None) -> CheckResult:
     """Outside our books: the target still answers its health route after the run."""
     health = trace.target["health_after"]
     return CheckResult("healthy", bool(health), f"health route after the run: {'ok' if health else 'failing'}",
                        "the target stays healthy", [] if health else ["the target is not healthy after the run"])
 
 
-def leak_free_by_gauges(trace: Trace) -> CheckResult:
+@implements("leak_free", outside=True)
+def leak_free_by_gauges(scenario: Scenario | None, trace: Trace, solo: dict | None = None) -> CheckResult:
     """The target's own gauges read idle after the run drained: nothing running, waiting or cached."""
     final = trace.target["final"]
     if final is None:
@@ -313,7 +315,8 @@ def leak_free_by_gauges(trace: Trace) -> CheckResult:
                        [f"{k} still {v:g}" for k, v in held.items()])
 
 
-def release_by_gauges(scenario: Scenario, trace: Trace) -> CheckResult:
+@implements("release_within", outside=True)
+def release_by_gauges(scenario: Scenario | None, trace: Trace, solo: dict | None = None) -> CheckResult:
     """After each early close, the first poll at which the target's running + waiting is no more
     than the streams its clients still hold open: that close's release time, to one poll."""
     bound = scenario.expect.release_within
@@ -343,7 +346,8 @@ def release_by_gauges(scenario: Scenario, trace: Trace) -> CheckResult:
                        f"<= {bound.seconds * 1e3:g}ms + one poll ({poll * 1e3:.0f}ms)", problems)
 
 
-def capacity_restored(trace: Trace) -> CheckResult:
+@implements("capacity_restored")
+def capacity_restored(scenario: Scenario | None, trace: Trace, solo: dict | None = None) -> CheckResult:
     """Any target: N short requests at once before the run and after it drained; a server that
     leaked slots or cache serves the second probe slower, or not at all."""
     before, after = trace.target["probe_before"], trace.target["probe_after"]

@@ -66,8 +66,9 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     console = Console(width=None if sys.stdout.isatty() else 160)
     if args.scenario_command == "schema":
+        from harness.registry import write_checks_table
         SCHEMA_PATH.write_text(json.dumps(json_schema(), indent=2) + "\n")
-        console.print(f"wrote {SCHEMA_PATH}")
+        console.print(f"wrote {SCHEMA_PATH} and the checks table of {write_checks_table()}")
         return 0
     if args.scenario_command == "baseline":
         from harness.baseline import BASELINES, figures_from_results, load_baselines, save_baselines
@@ -105,6 +106,9 @@ def main(argv: list[str] | None = None) -> int:
             console.print(f"[red]{exc}[/]")
             return 2
         mode = args.mode or ("live" if target is not None else "sim")
+        if mode not in scenario.modes:
+            console.print(f"[red]{args.file}: modes: runs in {' and '.join(scenario.modes)} mode only, not {mode}[/]")
+            return 2
         if mode == "live" and args.parity_profile == "machine":
             _fit_machine_profile(console, ctx, [args.file], args.refit)
         outcome = _run(console, scenario, mode, ctx)

@@ -5,10 +5,10 @@ from __future__ import annotations
 import asyncio
 import random
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
 from typing import Protocol
 
 from harness.scenario import BadRequest, Dropper, GroupSpec, Reader, Reconnector, Sleeper, Stalled
+from harness.trace import StreamRecord
 from harness.wire import StreamlabWire, Wire
 from streamlab.sse import SSEEvent
 
@@ -27,51 +27,6 @@ class Connection(Protocol):
 
 
 Opener = Callable[[str, dict | bytes, dict[str, str] | None], Awaitable[Connection]]
-
-
-@dataclass
-class StreamRecord:
-    group: str
-    index: int
-    behaviour: str
-    prompt: str
-    request: dict
-    sent_at: float | None = None
-    head_at: float | None = None
-    status: int | None = None
-    request_id: str | None = None
-    error_type: str | None = None  # for a refusal: the error envelope's type
-    start_at: float | None = None
-    prompt_tokens: int | None = None
-    token_times: list[float] = field(default_factory=list)
-    token_ids: list[int] = field(default_factory=list)
-    text: str = ""
-    finish: str | None = None  # done's finish_reason, an error event's type, or None if the client left first
-    ended_at: float | None = None  # the last event (done or error) arrived
-    closed_at: float | None = None  # the client closed early
-    close_how: str | None = None
-    bytes_read: int = 0
-    failure: str | None = None  # the client itself could not do what it meant to (a timeout, a reset)
-    event_ids: list[str] = field(default_factory=list)  # every SSE id read, over every connection
-    cuts: list[float] = field(default_factory=list)  # a reconnector: when each connection ended early
-    resumes: list[int] = field(default_factory=list)  # a reconnector: each reconnect's status (0: no connection)
-
-    @property
-    def stopped_at(self) -> float | None:
-        """When the stream stopped for its client: its last event, its close, or its last token."""
-        return self.ended_at or self.closed_at or (self.token_times[-1] if self.token_times else None)
-
-    @property
-    def left_early(self) -> bool:
-        return self.closed_at is not None and self.finish is None
-
-    @property
-    def outcome(self) -> str:
-        if self.status is not None and self.status != 200:
-            return "refused"
-        if self.finish is not None:
-            return self.finish
-        return "client_left" if self.closed_at is not None else "incomplete"
 
 
 class Client:

@@ -14,7 +14,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 from harness import timing
-from harness.backend import ServerBooks
+from harness.trace import ServerBooks
 from harness.faults import Faults, ProxyHandle, ToxiproxyServer, find_binary
 from harness.h2client import H2Exchange
 from harness.live import RunningServer, ServerProcess, TargetProcess, export_folder
@@ -108,7 +108,7 @@ class LiveServer:
         if self.target.profile_spec.native_books:
             books = await self._native_books()
         else:
-            books = ServerBooks({}, [], [], [])
+            books = ServerBooks(server={}, releases=[], invariants=[], ledger_problems=[])
         if self.watch is not None:
             books.target = await self.watch.finish()
         self.books = books
@@ -133,8 +133,9 @@ class LiveServer:
                 r["closed_at"] -= self.base
         for s in steps:
             s["began"] -= self.base
-        return ServerBooks(stats, releases["releases"], invariants, releases["ledger_problems_when_idle"], steps,
-                           stats.get("failure"), step_timing=await self._step_timing())
+        return ServerBooks(server=stats, releases=releases["releases"], invariants=invariants,
+                           ledger_problems=releases["ledger_problems_when_idle"], steps=steps,
+                           failure=stats.get("failure"), step_timing=await self._step_timing())
 
     async def _step_timing(self) -> dict:
         """The server's engine alone, paired with the yardstick, timed by the server after the run

@@ -1,118 +1,16 @@
-"""Trace (what happened), per-group figures, rendering and the JSON result. Passes no verdicts."""
+"""A run rendered: per-group tables, the JSON result, timelines, the parity table. The data itself
+is harness/trace.py; verdicts are the checks'."""
 
 from __future__ import annotations
 
 import json
-import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 
 from rich.table import Table
 
-from harness.clients import StreamRecord
-
-
-@dataclass
-class Trace:
-    scenario: str
-    mode: str
-    seed: int
-    config: dict
-    streams: list[StreamRecord]
-    server: dict  # /stats after the run drained
-    releases: list[dict]  # one record per request the engine ended
-    invariants: list[str]
-    ledger_problems: list[str]
-    wall_s: float = 0.0
-    duration_s: float = 0.0  # on the harness clock (virtual in simulation)
-    notes: list[str] = field(default_factory=list)
-    failure: str | None = None  # the server's step loop broke: its traceback
-    steps: list[dict] = field(default_factory=list)  # the step loop's log (began, seconds, prefilled, decoded)
-    step_timing: dict = field(default_factory=dict)  # simulation: real step times against the profile
-    target: dict | None = None  # a target run: what was observed from outside (harness.target_watch)
-    references: dict = field(default_factory=dict)  # stream index -> its request run alone through the target
-
-    def to_json(self) -> str:
-        data = asdict(self)
-        # The only fields that are not a function of the scenario and seed in simulation.
-        data.pop("wall_s")
-        data.pop("step_timing")
-        if self.mode == "sim":
-            for step in data["steps"]:
-                step.pop("cpu_s", None)  # the step thread's CPU time: the machine's, not the scenario's
-        return json.dumps(data, indent=1, sort_keys=True, default=str)
-
-    def group(self, name: str) -> list[StreamRecord]:
-        return [s for s in self.streams if s.group == name]
-
-    def release_by_request(self) -> dict[str, list[dict]]:
-        out: dict[str, list[dict]] = {}
-        for r in self.releases:
-            out.setdefault(r["request_id"], []).append(r)
-        return out
-
-
-LEFT_BEHIND = ("blocks_reserved", "waiting", "running", "paused", "streams_registered")
-
-
-def holds_nothing(trace: Trace) -> bool:
-    """After the run drained: every block free, nothing waiting, running, paused or registered,
-    no broken invariant."""
-    s = trace.server
-    return s["blocks_free"] == s["blocks_total"] and all(s[k] == 0 for k in LEFT_BEHIND) and not trace.invariants
-
-
-def percentile(values: list[float], p: float) -> float | None:
-    """Nearest-rank percentile; None for no values."""
-    if not values:
-        return None
-    ordered = sorted(values)
-    rank = max(1, math.ceil(p / 100 * len(ordered)))
-    return ordered[min(rank, len(ordered)) - 1]
-
-
-def metric_values(streams: list[StreamRecord], metric: str) -> list[float]:
-    if metric == "ttft_s":
-        return [s.token_times[0] - s.sent_at for s in streams if s.token_times and s.sent_at is not None]
-    if metric == "gap_s":
-        return [b - a for s in streams for a, b in zip(s.token_times, s.token_times[1:])]
-    if metric == "completion_s":
-        return [s.ended_at - s.sent_at for s in streams if s.ended_at is not None and s.sent_at is not None]
-    raise ValueError(f"unknown metric {metric}")
-
-
-def meets_slo(s: StreamRecord, slo) -> bool:
-    """Finished normally, first token within slo.ttft_ms, later tokens within slo.tpot_ms each on average."""
-    if slo.relative:  # a multiple of a lone request's times: only a run's probe makes it milliseconds
-        raise ValueError("an SLO relative to a lone request is judged as the run resolved it (report.group_slos)")
-    if s.outcome not in ("length", "eos", "stop") or not s.token_times or s.sent_at is None or s.ended_at is None:
-        return False
-    ttft = s.token_times[0] - s.sent_at
-    if slo.ttft_ms is not None and ttft * 1e3 > slo.ttft_ms:
-        return False
-    if slo.tpot_ms is not None and len(s.token_times) > 1:
-        tpot = (s.token_times[-1] - s.token_times[0]) / (len(s.token_times) - 1)
-        if tpot * 1e3 > slo.tpot_ms:
-            return False
-    return True
-
-
-def goodput(streams: list[StreamRecord], slo) -> dict:
-    """Requests that met the SLO: their count, their share of all requests, and per second of
-    the group's span (first request sent to last request ended)."""
-    sent = [s.sent_at for s in streams if s.sent_at is not None]
-    ends = [t for s in streams for t in (s.ended_at, s.closed_at, s.head_at) if t is not None]
-    span = (max(ends) - min(sent)) if sent and ends else 0.0
-    good = sum(meets_slo(s, slo) for s in streams)
-    return {"good": good, "requests": len(streams), "fraction": good / len(streams) if streams else 0.0,
-            "span_s": span, "per_s": good / span if span > 0 else 0.0}
-
-
-def outcomes(streams: list[StreamRecord]) -> dict[str, int]:
-    counts: dict[str, int] = {}
-    for s in streams:
-        counts[s.outcome] = counts.get(s.outcome, 0) + 1
-    return dict(sorted(counts.items()))
+from harness.capacity import group_slos
+from harness.trace import Trace, goodput, metric_values, outcomes, percentile
 
 
 def _ms(value: float | None) -> str:
@@ -140,13 +38,6 @@ def group_table(trace: Trace) -> Table:
         table.add_row(name, str(len(streams)), ", ".join(f"{k} {v}" for k, v in outcomes(streams).items()),
                       *cells[:3], str(sum(len(s.token_times) for s in streams)), *cells[3:])
     return table
-
-
-def group_slos(trace: Trace) -> dict:
-    """The SLO of each group that declares one, from the scenario recorded on the trace."""
-    from harness.scenario import Slo
-
-    return {g["name"]: Slo.model_validate(g["slo"]) for g in trace.config.get("groups", []) if g.get("slo")}
 
 
 def write_result(trace: Trace, checks: list, out_dir: Path, baseline_figures: dict | None = None) -> Path:

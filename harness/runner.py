@@ -18,11 +18,11 @@ from harness.backend import Backend
 from harness import capacity, timing
 from harness.baseline import load_baselines
 from harness.checks import CheckResult, run_checks
-from harness.clients import StreamRecord, launch
+from harness.clients import launch
+from harness.trace import StreamRecord
 from harness.live_run import LiveBackend
 from harness.plan import PlannedClient, loaded_model, plan, sampling_params
-from harness.profile import StepCostProfile
-from harness.report import Trace
+from harness.trace import Trace
 from harness.scenario import Scenario, load_by_name
 from harness.targets import Target
 from harness.simulation import SimBackend
@@ -87,10 +87,9 @@ def run_trace(scenario: Scenario, backend: Backend, progress=None) -> tuple[Trac
             await server.settle(scenario.drain_s)
             books = await server.collect()
             references = await server.references(planned, records)
-        return Trace(scenario.name, backend.mode, scenario.seed, scenario.model_dump(mode="json"), records,
-                     books.stats, books.releases, books.invariants, books.ledger_problems, duration_s=end,
-                     notes=books.notes, failure=books.failure, steps=books.steps, step_timing=books.step_timing,
-                     target=books.target, references=references or {})
+        return Trace.of(books, scenario=scenario.name, mode=backend.mode, seed=scenario.seed,
+                        config=scenario.model_dump(mode="json"), streams=records, duration_s=end,
+                        references=references or {})
 
     t0 = time.perf_counter()
     trace = backend.run(main())
@@ -186,7 +185,10 @@ def latency_baselines(scenario: Scenario, mode: str, ctx: RunContext, trace: Tra
 
 def run_scenario(scenario: Scenario, mode: str, ctx: RunContext, progress=None) -> Outcome:
     """Run and judge one scenario in one mode ("sim" or "live"; "live" aims at the session's or
-    the scenario's target). progress(done, total) is called as clients finish."""
+    the scenario's target). progress(done, total) is called as clients finish. A mode the file
+    does not list in `modes` is refused here, for every caller."""
+    if mode not in scenario.modes:
+        raise ValueError(f"{scenario.name} runs in {' and '.join(scenario.modes)} mode only (its `modes`), not {mode}")
     scenario = ctx.prepared(scenario)
     if mode == "live":
         mode = ctx.live_mode(scenario)

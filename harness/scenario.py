@@ -12,6 +12,7 @@ from typing import Annotated, Literal, Union
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, model_validator
 
+from harness.registry import NAMES
 from harness.targets import Target
 from streamlab.config import ServiceConfig
 from streamlab.options import SERVE_OPTIONS, ServeOption, serve_args, service_config
@@ -359,8 +360,7 @@ class ReleaseWithin(Strict):
     seconds: float = Field(0.25, gt=0)
 
 
-CheckName = Literal["leak_free", "exactly_once", "identity", "finish_reasons", "latency", "release_within", "waste",
-                    "capacity_restored", "healthy", "resumption", "goodput", "engine_faults", "arrivals"]
+CheckName = Literal[NAMES]  # every declared check (harness/registry.py), so any can be a negative control
 
 
 Ratio = tuple[Annotated[float, Field(gt=0)], Annotated[float, Field(gt=0)]]

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from contextlib import asynccontextmanager
 
 from harness import timing
-from harness.backend import ServerBooks
+from harness.trace import ServerBooks
 from harness.clock import run_virtual
 from harness.cores import server_threads, torch_threads
 from harness.plan import PlannedClient, loaded_model
@@ -335,10 +335,9 @@ class SimServer:
         # The engine alone on this run's code and lab slowdown, paired with the yardstick (harness.timing.drift).
         step_timing = timing.measure_engine(
             lambda: engine_speed(self.state["model"], hub.engine.config.decode_attention, self.slowdown), self.profile)
-        return ServerBooks(hub.stats(), [dict(vars(r)) for r in hub.releases], hub.engine.check_invariants(),
-                           hub.engine.check_released(),
-                           steps,
-                           hub.failure_traceback, step_timing=step_timing)
+        return ServerBooks(server=hub.stats(), releases=[dict(vars(r)) for r in hub.releases],
+                           invariants=hub.engine.check_invariants(), ledger_problems=hub.engine.check_released(),
+                           steps=steps, failure=hub.failure_traceback, step_timing=step_timing)
 
     async def references(self, planned, records) -> None:
         return None  # the runner runs each request alone on its own engine

@@ -13,7 +13,7 @@ import json
 import time
 
 from harness.rawhttp import RawExchange
-from harness.report import percentile
+from harness.trace import NORMAL_FINISHES, StreamRecord, percentile
 from harness.targets import GaugeReading, read_gauges
 
 POLL_S = 0.025
@@ -53,20 +53,34 @@ class TargetWatch:
                 "ttft_p50_s": percentile(ttfts, 50)}
 
     async def _one_probe(self, body: dict) -> tuple[float | None, bool]:
-        alone = await self._alone(body, PROBE_DEADLINE_S)
+        alone, complete = await self._alone(body, PROBE_DEADLINE_S)
         first = alone.token_times[0] - alone.sent_at if alone.token_times else None
-        return first, alone.finish is not None and alone.complete
+        return first, alone.finish is not None and complete
 
-    async def _alone(self, body: dict, deadline_s: float) -> "_Scratch":
+    async def _alone(self, body: dict, deadline_s: float) -> tuple[StreamRecord, bool]:
         """One request straight to the server (not through Toxiproxy), read to its end within
-        deadline_s, as the wire reads it: what probes and identity references both need."""
-        wire, record = self.server.wire, _Scratch()
-        record.sent_at = time.monotonic()
+        deadline_s, as the wire reads it: what probes and identity references both need. The
+        record, and whether the response ended (not cut off by the deadline or an error)."""
+        wire = self.server.wire
+        record = StreamRecord("alone", 0, "reader", "", body, sent_at=time.monotonic())
         try:
             ex = await RawExchange.open("127.0.0.1", self.server.endpoint.port, "POST", wire.path, body,
                                         headers=wire.headers)
         except OSError:
-            return record
+            return record, False
+        complete = False
+        try:
+            if (await ex.read_head(deadline_s)).status != 200:
+                return record, False
+            while not ex.ended and time.monotonic() < record.sent_at + deadline_s:
+                for ev in await ex.read_events(1, timeout_s=deadline_s):
+                    wire.note(record, ev, time.monotonic())
+            complete = ex.ended
+        except (OSError, asyncio.TimeoutError, ValueError):
+            pass
+        finally:
+            ex.close_fin()
+        return record, complete
         try:
             if (await ex.read_head(deadline_s)).status != 200:
                 return record
@@ -155,23 +169,10 @@ class TargetWatch:
                 continue
             key = json.dumps([pc.prompt, pc.request], sort_keys=True)
             if key not in done:
-                scratch = await self._alone(wire.body(pc.prompt, pc.request), SOLO_DEADLINE_S)
-                if scratch.finish not in ("length", "stop", "eos"):
+                alone, _ = await self._alone(wire.body(pc.prompt, pc.request), SOLO_DEADLINE_S)
+                if alone.finish not in NORMAL_FINISHES:
                     done[key] = None  # the target could not run it alone (refused, or broken by then)
                 else:
-                    done[key] = scratch.token_ids if self.profile.token_ids and scratch.token_ids else scratch.text
+                    done[key] = alone.token_ids if self.profile.token_ids and alone.token_ids else alone.text
             out[i] = done[key]
         return out
-
-
-class _Scratch:
-    """A throwaway record for the wire to fill (probes and references)."""
-
-    def __init__(self) -> None:
-        self.request_id = self.start_at = self.prompt_tokens = self.finish = self.ended_at = None
-        self.sent_at = 0.0
-        self.complete = False  # the response ended (not cut off by the deadline or an error)
-        self.token_times: list[float] = []
-        self.token_ids: list[int] = []
-        self.event_ids: list[str] = []
-        self.text = ""

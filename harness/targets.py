@@ -172,20 +172,6 @@ CHECKS = ["finish_reasons", "identity", "latency", "leak_free", "exactly_once", 
           "healthy", "capacity_restored"]
 
 
-def unobservable(profile: Profile) -> dict[str, str]:
-    """check -> why it cannot be observed on a server with this profile (absent: it can)."""
-    if profile.native_books:
-        return {}
-    out = {"exactly_once": "it does not report releases per request",
-           "waste": "it does not report tokens generated per request",
-           "profile_drift": "it cannot time its engine alone (streamlab's GET /debug/engine-speed)"}
-    if profile.gauges is None:
-        out |= {"leak_free": "no load gauges in its profile", "release_within": "no load gauges in its profile"}
-    if profile.health_path is None:
-        out["healthy"] = "no health route in its profile"
-    return out
-
-
 def resolve_target(spec: str | None, api: str | None = None, model: str | None = None,
                    profile: str | None = None) -> Target:
     """`--target NAME|URL` (with optional --target-api/-model/-profile) as a Target."""

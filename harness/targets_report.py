@@ -9,7 +9,8 @@ from pathlib import Path
 from harness.live_run import live_unavailable
 from harness.runner import RunContext, run_scenario
 from harness.scenario import load_by_name
-from harness.targets import CHECKS, FINDINGS, PEER_SCENARIOS, PROFILES, TARGETS, unobservable
+from harness.registry import unobservable
+from harness.targets import CHECKS, FINDINGS, PEER_SCENARIOS, PROFILES, TARGETS
 
 PAGE = Path("docs") / "TARGETS.md"
 RUN_HERE = ["streamlab", "streamlab-openai", "transformers-serve"]

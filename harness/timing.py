@@ -29,7 +29,7 @@ import statistics
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from harness.report import Trace, holds_nothing, metric_values, outcomes, percentile
+from harness.trace import Trace, holds_nothing, metric_values, outcomes, percentile
 from harness.verdict import CheckResult
 
 if TYPE_CHECKING:
@@ -177,14 +177,15 @@ def baseline_figures(trace: Trace, sim: Trace | None = None) -> dict[str, dict[s
 
 
 def regression(trace: Trace, baselines: dict, sim: Trace | None = None, again: Trace | None = None,
-               sim_again: Trace | None = None) -> CheckResult | None:
+               sim_again: Trace | None = None) -> CheckResult:
     """The gate against the committed figures. Simulated: virtual seconds, SIM_GATE. Live: each
     group's figure at most LIVE_GATE over its committed live/sim ratio times this session's
     simulated figure (`sim`, under this machine's profile). `again`: a second live run; each figure
     is then judged on the better of the two (AGAIN)."""
     base = baselines.get(trace.scenario, {}).get(trace.mode)
     if not base:
-        return None
+        return CheckResult("regression", True, f"no committed {trace.mode} baseline for {trace.scenario} in "
+                           "scenarios/baselines.json", "the gate over the committed figures", compared=0)
     if trace.mode == "sim":
         allowance, expected = SIM_GATE, base
     else:
@@ -439,9 +440,7 @@ def judge(scenario: "Scenario", trace: Trace, latency_traces: dict[str, Trace], 
     out = [drift(trace, second)]
     if scenario.expect.latency:
         out.append(latency(scenario, trace, latency_traces, again))
-    gate = regression(trace, committed, sim, second)
-    if gate is not None:
-        out.append(gate)
+    out.append(regression(trace, committed, sim, second))
     if sim is not None:
         out.append(parity(scenario, trace, paced[0] or sim, judge_parity_timing, second, paced[1] or sim))
     return out

@@ -13,6 +13,7 @@ class CheckResult:
     bound: str
     details: list[str] = field(default_factory=list)
     expected_to_fail: bool = False
+    compared: int | None = None  # how many things the check compared, where it counts them: 0 is not observable
 
     @property
     def observed(self) -> bool:

@@ -17,21 +17,10 @@ import json
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from harness.trace import StreamRecord
 from streamlab.sse import SSEEvent
 
 JSON = {"content-type": "application/json"}
-
-
-class Record(Protocol):  # harness.clients.StreamRecord, without the import cycle
-    request_id: str | None
-    start_at: float | None
-    prompt_tokens: int | None
-    token_times: list[float]
-    token_ids: list[int]
-    text: str
-    finish: str | None
-    ended_at: float | None
-    event_ids: list[str]
 
 
 class Wire(Protocol):
@@ -42,8 +31,8 @@ class Wire(Protocol):
     def body(self, prompt: str, request: dict) -> dict: ...
     def bad(self, kind: str, prompt: str, budget: int) -> tuple[bytes, dict[str, str]]: ...
     def error_type(self, reply: dict) -> str | None: ...  # a refusal's error type, from its JSON body
-    def on_head(self, rec: Record, headers: dict[str, str], now: float) -> None: ...
-    def note(self, rec: Record, ev: SSEEvent, now: float) -> bool: ...  # True: this event was a token
+    def on_head(self, rec: StreamRecord, headers: dict[str, str], now: float) -> None: ...
+    def note(self, rec: StreamRecord, ev: SSEEvent, now: float) -> bool: ...  # True: this event was a token
 
 
 def _bad(kind: str, good: dict, wrong_type: dict, too_many: dict, empty: dict, lab: dict) -> tuple[bytes, dict]:
@@ -89,10 +78,10 @@ class StreamlabWire:
     def error_type(self, reply: dict) -> str | None:
         return reply.get("error", {}).get("type")
 
-    def on_head(self, rec: Record, headers: dict[str, str], now: float) -> None:
+    def on_head(self, rec: StreamRecord, headers: dict[str, str], now: float) -> None:
         rec.request_id = headers.get("x-request-id")
 
-    def note(self, rec: Record, ev: SSEEvent, now: float) -> bool:
+    def note(self, rec: StreamRecord, ev: SSEEvent, now: float) -> bool:
         data = ev.json() if ev.data.startswith("{") else {}
         if ev.id:
             rec.event_ids.append(ev.id)
@@ -170,11 +159,11 @@ class OpenAIWire:
             return err
         return "detail" if "detail" in reply else None  # FastAPI's own validation body: {"detail": [...]}
 
-    def on_head(self, rec: Record, headers: dict[str, str], now: float) -> None:
+    def on_head(self, rec: StreamRecord, headers: dict[str, str], now: float) -> None:
         rec.request_id = headers.get("x-request-id")  # ours sends it; most targets do not
         rec.start_at = now  # a stream opens when its head arrives: there is no start event
 
-    def note(self, rec: Record, ev: SSEEvent, now: float) -> bool:
+    def note(self, rec: StreamRecord, ev: SSEEvent, now: float) -> bool:
         if ev.data.strip() == "[DONE]" or not ev.data.startswith("{"):
             return False
         data = ev.json()

@@ -4,7 +4,7 @@
 import json
 
 from benchmarks.common import spread
-from harness.report import percentile
+from harness.trace import percentile
 from benchmarks.overlap import by_level, summarize_burst
 from benchmarks.streams import STREAMLAB, TimedStream, peer_api
 

@@ -2,8 +2,8 @@
 
 import pytest
 
-from harness.clients import StreamRecord
-from harness.report import goodput, meets_slo
+from harness.trace import StreamRecord
+from harness.trace import goodput, meets_slo
 from harness.scenario import ScenarioError, Slo, load
 
 

@@ -1,4 +1,5 @@
-"""The packages' import graph: no cycle anywhere in streamlab/ or harness/, lazy imports included,
+"""The packages' import graph: no cycle anywhere in streamlab/ or harness/, lazy imports included
+(type-only ones, under `if TYPE_CHECKING:`, never run and are left out),
 and the service never imports the harness (its `scenario` and `lab` commands are entry points)."""
 
 from __future__ import annotations
@@ -27,12 +28,22 @@ def modules() -> dict[str, Path]:
     return out
 
 
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or \
+        (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
 def import_graph() -> dict[str, set[str]]:
     """Module -> the modules of ours it imports anywhere in its file (inside functions too)."""
     mods = modules()
     graph: dict[str, set[str]] = {m: set() for m in mods}
     for name, path in mods.items():
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        tree = ast.parse(path.read_text(), str(path))
+        type_only = {id(n) for block in ast.walk(tree) if isinstance(block, ast.If) and _is_type_checking(block.test)
+                     for stmt in block.body for n in ast.walk(stmt)}
+        for node in ast.walk(tree):
+            if id(node) in type_only:  # `if TYPE_CHECKING:` imports never run
+                continue
             if isinstance(node, ast.Import):
                 targets = [a.name for a in node.names]
             elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:

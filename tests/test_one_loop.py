@@ -66,7 +66,7 @@ def test_the_simulation_hands_first_tokens_over_per_prefill_like_the_server():
     early, _ = runner.simulate(scenario)
     step = scenario.model_copy(update={"server": scenario.server.model_copy(update={"first_token": "step"})})
     late, _ = runner.simulate(step)
-    from harness.report import metric_values, percentile
+    from harness.trace import metric_values, percentile
     assert percentile(metric_values(early.group("joiners"), "ttft_s"), 50) < \
         percentile(metric_values(late.group("joiners"), "ttft_s"), 50)
 
@@ -179,7 +179,7 @@ def test_the_arrivals_check_fails_a_joiner_sent_after_its_group_ended():
     """late_joiners_8's joiners must come while the running streams run: one sent after they all
     ended would pass its latency bound for nothing."""
     from harness.checks import arrivals
-    from harness.clients import StreamRecord
+    from harness.trace import StreamRecord
 
     def record(group: str, i: int, sent: float, end: float) -> StreamRecord:
         return StreamRecord(group, i, "reader", "p", {}, sent_at=sent, token_times=[sent + 0.01, end],

@@ -142,7 +142,7 @@ async def test_the_resumption_check_fails_a_run_whose_fault_missed_a_reconnector
     """A reconnector that finished on its first connection proved nothing about resumption: at
     0.3 s resume_proxy_down's fault once missed 200-token streams that were done in 0.27 s."""
     from harness.checks import resumption
-    from harness.clients import StreamRecord
+    from harness.trace import StreamRecord
     from harness.scenario import load_by_name
     from tests.helpers import client_trace
 

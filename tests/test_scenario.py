@@ -75,3 +75,10 @@ def test_every_shipped_scenario_loads():
 def test_published_json_schema_is_current():
     published = json.loads((SCENARIOS_DIR / "schema.json").read_text())
     assert published == json_schema(), "run `streamlab scenario schema` and commit scenarios/schema.json"
+
+
+def test_the_readmes_checks_table_is_the_registrys():
+    from harness.registry import README, TABLE_BEGIN, readme_with_checks_table
+    text = README.read_text()
+    assert TABLE_BEGIN in text and readme_with_checks_table(text) == text, \
+        "run `streamlab scenario schema` and commit scenarios/README.md"

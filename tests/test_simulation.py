@@ -172,7 +172,7 @@ def test_bytes_written_to_clients_take_the_servers_core():
     import dataclasses
 
     from harness.profile import load_profile
-    from harness.report import metric_values, percentile
+    from harness.trace import metric_values, percentile
     from harness.simulation import SimBackend
 
     scenario = load_by_name("slow_reader_unbounded_4")

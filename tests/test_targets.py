@@ -11,7 +11,8 @@ import pytest
 from harness.live_run import live_unavailable
 from harness.runner import RunContext, run_scenario
 from harness.scenario import Scenario, load_by_name
-from harness.targets import FINDINGS, PEER_SCENARIOS, PROFILES, TARGETS, Target, read_gauges, resolve_target, unobservable
+from harness.registry import unobservable
+from harness.targets import FINDINGS, PEER_SCENARIOS, PROFILES, TARGETS, Target, read_gauges, resolve_target
 from harness.wire import OpenAIWire
 from streamlab.sse import SSEParser
 from tests.live import AppServer, running

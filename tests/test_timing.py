@@ -14,7 +14,7 @@ import pytest
 
 from harness import runner, speed, timing
 from harness.profile import load_profile
-from harness.clients import StreamRecord
+from harness.trace import StreamRecord
 from harness.scenario import load_by_name
 from harness.simulation import SimBackend
 from streamlab.engine.engine import BatchEngine
