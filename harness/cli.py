@@ -207,8 +207,9 @@ def _suite(console: Console, ctx, mode: str, pattern: str, update_baseline: bool
                 first, second = (t or outcome.sim for t in outcome.paced)
                 parity_data += parity_rows(scenario, outcome.trace, first, outcome.again, second)
                 unpaced_data += parity_rows(scenario, outcome.trace, outcome.sim, outcome.again)
-                if ctx.parity_mode != "sim" and (scenario.name, "sim") in ctx.traces:
-                    committed_data += parity_rows(scenario, outcome.trace, ctx.traces[(scenario.name, "sim")],
+                traces = ctx.references.traces
+                if ctx.parity_mode != "sim" and (scenario.name, "sim") in traces:
+                    committed_data += parity_rows(scenario, outcome.trace, traces[(scenario.name, "sim")],
                                                   outcome.again)
             controls = [c.name for c in outcome.checks if c.expected_to_fail]
             checks = f"{sum(c.ok for c in outcome.checks)}/{len(outcome.checks)}"

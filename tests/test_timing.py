@@ -225,12 +225,12 @@ def test_parity_is_judged_at_the_pace_the_live_server_stepped(overlap_4):
     k = timing.pace(slow, sim, profile)
     assert k is not None and 1.5 < k < 1.7, k
     assert not timing.parity(scenario, slow, sim).passed
-    paced = runner.at_the_pace(scenario, slow, sim, backend)
+    paced = runner.RunContext().references.at_the_pace(scenario, slow, sim, backend)
     assert paced is not None and any(n.startswith(timing.PACED) for n in paced.notes)
     assert timing.parity(scenario, slow, paced).passed
     steady = _mode(copy.deepcopy(sim))
     assert timing.pace(steady, sim, profile) == pytest.approx(1.0)
-    assert runner.at_the_pace(scenario, steady, sim, backend) is None
+    assert runner.RunContext().references.at_the_pace(scenario, steady, sim, backend) is None
 
 
 def test_the_pace_counts_busy_steps_only():
