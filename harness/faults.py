@@ -1,7 +1,7 @@
 """Toxiproxy: the real toxiproxy-server, driven through the toxiproxy-python client.
 
 The client keeps its server address in class state (APIConsumer.host/port) and sets no
-timeout on any call: this module owns that state (one Faults per server) and runs every
+timeout on any call: this module owns that state (one ToxiproxyClient per server) and runs every
 client call under a deadline in a worker thread, so a hung API call cannot hang a test.
 
 Traps designed around (from Toxiproxy's source and issue tracker):
@@ -102,7 +102,7 @@ class ProxyHandle:
     proxy: object  # toxiproxy.proxy.Proxy
 
 
-class Faults:
+class ToxiproxyClient:
     """The one owner of the toxiproxy-python client's (class-level) server address."""
 
     def __init__(self, server: ToxiproxyServer) -> None:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from harness import timing
 from harness.trace import ServerBooks
-from harness.faults import Faults, ProxyHandle, ToxiproxyServer, find_binary
+from harness.faults import ToxiproxyClient, ProxyHandle, ToxiproxyServer, find_binary
 from harness.h2client import H2Exchange
 from harness.live import RunningServer, ServerProcess, TargetProcess, export_folder
 from harness.nginx import Nginx, ensure_certificate, nginx_unavailable
@@ -52,14 +52,14 @@ def live_unavailable(scenario: Scenario | None = None, target: Target | None = N
     return None
 
 
-async def _toggle(faults: Faults, handle: ProxyHandle, at_s: float, for_s: float) -> None:
+async def _toggle(faults: ToxiproxyClient, handle: ProxyHandle, at_s: float, for_s: float) -> None:
     await asyncio.sleep(at_s)
     await asyncio.to_thread(faults.set_enabled, handle, False)
     await asyncio.sleep(for_s)
     await asyncio.to_thread(faults.set_enabled, handle, True)
 
 
-async def _window(faults: Faults, handle: ProxyHandle, name: str, window) -> None:
+async def _window(faults: ToxiproxyClient, handle: ProxyHandle, name: str, window) -> None:
     await asyncio.sleep(window.at_s)
     await asyncio.to_thread(faults.add_toxic, handle, name, window.toxic)
     await asyncio.sleep(window.for_s)
@@ -192,7 +192,7 @@ class LiveBackend:
         await endpoint.start()
         nginx: Nginx | None = None
         toxiproxy: ToxiproxyServer | None = None
-        faults: Faults | None = None
+        faults: ToxiproxyClient | None = None
         toggles: list[asyncio.Task] = []
         server: LiveServer | None = None
         try:
@@ -212,7 +212,7 @@ class LiveBackend:
             groups = proxied(scenario, every_group=not self.target.default)
             if groups:
                 toxiproxy = await asyncio.to_thread(ToxiproxyServer().start)
-                faults = Faults(toxiproxy)
+                faults = ToxiproxyClient(toxiproxy)
                 for g in groups:
                     proxies[g.name] = await asyncio.to_thread(faults.create_proxy, f"{scenario.name}__{g.name}",
                                                               front, g.network.toxics if g.network else [])

@@ -9,7 +9,6 @@ from functools import lru_cache
 from harness.scenario import AtOnce, CorpusPrompt, GroupSpec, JoinWhile, Offsets, Poisson, Scenario, Uniform
 from streamlab.models import LoadedModel, load_model
 from streamlab.prompts import shipped_prompts
-from streamlab.sampling import SamplingParams
 
 
 @dataclass
@@ -72,12 +71,6 @@ def plan(scenario: Scenario, tokenizer) -> list[PlannedClient]:
                 req.pop("response_class")
             planned.append(PlannedClient(group, i, times[i], prompt, req, rng.randrange(2**31)))
     return planned
-
-
-def sampling_params(request: dict) -> SamplingParams:
-    return SamplingParams(max_new_tokens=request["max_new_tokens"], temperature=request["temperature"],
-                          top_k=request["top_k"], top_p=request["top_p"], seed=request.get("seed"),
-                          ignore_eos=request["ignore_eos"])
 
 
 @lru_cache(maxsize=4)

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from harness import timing
 from harness.backend import Backend
-from harness.plan import PlannedClient, loaded_model, sampling_params
+from harness.plan import PlannedClient, loaded_model
 from harness.scenario import Scenario
 from harness.simulation import SimBackend
 from harness.trace import StreamRecord, Trace
@@ -21,6 +21,7 @@ from streamlab.config import CacheConfig, EngineConfig
 from streamlab.detokenizer import TextStream, token_byte_table
 from streamlab.engine.engine import BatchEngine
 from streamlab.models import LoadedModel
+from streamlab.sampling import SamplingParams
 
 Run = Callable[[Scenario, Backend], Trace]  # one unjudged run: harness.runner.run_trace's trace
 
@@ -105,7 +106,7 @@ class References:
 
 def _alone(loaded: LoadedModel, pc: PlannedClient, needed: int, table) -> list[int]:
     ids = loaded.tokenizer.encode(pc.prompt)
-    params = sampling_params(pc.request)
+    params = SamplingParams.of(pc.request)
     want = min(needed, params.max_new_tokens)
     blocks = CacheConfig().blocks_for(len(ids) + params.max_new_tokens) + 1
     engine = BatchEngine(loaded.model, EngineConfig(max_batch=1, cache=CacheConfig(num_blocks=blocks)))

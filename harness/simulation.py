@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import json
 from collections import deque
-from dataclasses import dataclass
 
 from contextlib import asynccontextmanager
 
@@ -21,6 +20,7 @@ from harness.trace import ServerBooks
 from harness.clock import run_virtual
 from harness.cores import server_threads, torch_threads
 from harness.plan import PlannedClient, loaded_model
+from harness.rawhttp import Head
 from harness.profile import StepCostProfile, load_profile
 from harness.scenario import BandwidthToxic, GroupSpec, LatencyToxic, Scenario
 from harness.wire import StreamlabWire
@@ -31,12 +31,6 @@ from streamlab.hub import Hub, Wait
 
 SETTLE_POLL_S = 0.01
 from streamlab.sse import SSEEvent, SSEParser
-
-
-@dataclass
-class Head:
-    status: int
-    headers: dict[str, str]
 
 
 class SimPipe:

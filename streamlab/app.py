@@ -160,11 +160,6 @@ async def read_request(request: Request, config: ServiceConfig) -> GenerateReque
     return req
 
 
-def _params(req: GenerateRequest) -> SamplingParams:
-    return SamplingParams(max_new_tokens=req.max_new_tokens, temperature=req.temperature, top_k=req.top_k,
-                          top_p=req.top_p, seed=req.seed, ignore_eos=req.ignore_eos)
-
-
 def create_app(config: ServiceConfig = ServiceConfig(), loaded: LoadedModel | None = None,
                clock: Callable[[], float] | None = None, threaded: bool = True) -> Starlette:
     """`clock` and `threaded=False` are for the simulation, which drives the engine on virtual time."""
@@ -218,7 +213,7 @@ def create_app(config: ServiceConfig = ServiceConfig(), loaded: LoadedModel | No
             return HubStreamingResponse(hub, s, sse_body(hub, s, config.keepalive_s, 0, replay, retry_ms),
                                         resumable=True)
         req = await read_request(request, config)
-        hub, s = admit(request, request.state.model.tokenizer.encode(req.prompt), _params(req), req.stop,
+        hub, s = admit(request, request.state.model.tokenizer.encode(req.prompt), SamplingParams.of(req), req.stop,
                        req.ttft_deadline_ms)
         try:
             if req.response_class == "write_only":
@@ -231,7 +226,7 @@ def create_app(config: ServiceConfig = ServiceConfig(), loaded: LoadedModel | No
 
     async def generate(request: Request) -> Response:
         req = await read_request(request, config)
-        hub, s = admit(request, request.state.model.tokenizer.encode(req.prompt), _params(req), req.stop,
+        hub, s = admit(request, request.state.model.tokenizer.encode(req.prompt), SamplingParams.of(req), req.stop,
                        req.ttft_deadline_ms)
         events = await collect_unless_gone(request, hub, s)
         if events is None:

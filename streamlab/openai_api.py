@@ -95,8 +95,7 @@ class _Common(BaseModel):
         return bool(self.stream_options and self.stream_options.include_usage)
 
     def sampling(self, max_new_tokens: int) -> SamplingParams:
-        return SamplingParams(max_new_tokens=max_new_tokens, temperature=self.temperature, top_k=self.top_k,
-                              top_p=self.top_p, seed=self.seed, ignore_eos=self.ignore_eos)
+        return SamplingParams.of(self, max_new_tokens=max_new_tokens)
 
 
 class CompletionRequest(_Common):

@@ -12,6 +12,9 @@ from dataclasses import dataclass
 import torch
 
 
+SAMPLING_FIELDS = ("max_new_tokens", "temperature", "top_k", "top_p", "seed", "ignore_eos")
+
+
 @dataclass(frozen=True)
 class SamplingParams:
     max_new_tokens: int = 16
@@ -30,6 +33,16 @@ class SamplingParams:
             raise ValueError(f"top_k must be >= 0, got {self.top_k}")
         if not 0.0 < self.top_p <= 1.0:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+
+    @classmethod
+    def of(cls, request, **given) -> "SamplingParams":
+        """The one mapping from a request to its sampling: any object with these fields as
+        attributes (our routes' and OpenAI's request models) or keys (the harness's planned
+        requests); `given` overrides (OpenAI's routes work out max_new_tokens themselves). A
+        field the request leaves None keeps the default."""
+        read = request.get if isinstance(request, dict) else lambda name: getattr(request, name, None)
+        values = {name: read(name) for name in SAMPLING_FIELDS if name not in given}
+        return cls(**{k: v for k, v in values.items() if v is not None}, **given)
 
     @property
     def greedy(self) -> bool:

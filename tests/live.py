@@ -59,7 +59,7 @@ class AppServer:
             ex.close_fin()
 
 
-class LiveServer(AppServer):
+class InProcessServer(AppServer):
     """`create_app` with the tiny model, in the test process."""
 
     def __init__(self, config: ServiceConfig, loaded) -> None:
@@ -88,7 +88,7 @@ class LiveServer(AppServer):
 
 @contextmanager
 def live_server(config: ServiceConfig, loaded):
-    with running(LiveServer(config, loaded)) as server:
+    with running(InProcessServer(config, loaded)) as server:
         yield server
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.faults import Faults, ToxiproxyServer, find_binary
+from harness.faults import ToxiproxyClient, ToxiproxyServer, find_binary
 from harness.live import ServerProcess
 from harness.scenario import LimitDataToxic
 
@@ -42,7 +42,7 @@ def test_the_page_streams_and_the_browser_resumes_after_a_cut(tmp_path):
                             "--log-level", "warning"])
     asyncio.run(server.start())
     toxiproxy = ToxiproxyServer().start()
-    faults = Faults(toxiproxy)
+    faults = ToxiproxyClient(toxiproxy)
     try:
         proxy = faults.create_proxy("browser", server.port, [LimitDataToxic(type="limit_data", bytes=CUT_BYTES)])
         expected = asyncio.run(_generate(server))
