@@ -16,7 +16,7 @@ from harness.trace import metric_values, percentile
 from harness.runner import run_live
 from harness.scenario import Scenario, load_by_name
 from streamlab.config import ResumeConfig
-from streamlab.hub import StreamEvent
+from streamlab.streams import StreamEvent
 
 PATHS = {
     "direct": None,

@@ -27,7 +27,8 @@ from harness.wire import StreamlabWire
 from streamlab.app import create_app
 from streamlab.bench_step import engine_speed
 from streamlab.engine.engine import FaultPlan, StepOutput
-from streamlab.hub import Hub, Wait
+from streamlab.hub import Hub
+from streamlab.step_clock import Wait
 
 SETTLE_POLL_S = 0.01
 from streamlab.sse import SSEEvent, SSEParser
@@ -249,7 +250,7 @@ async def drive(hub: Hub, clock: SimStepClock) -> None:
     """The hub's own step loop (Hub.step_loop), awaited on virtual time instead of blocking a thread."""
     loop = asyncio.get_running_loop()
     wake = asyncio.Event()
-    hub.on_wish = wake.set
+    hub.wake_with(wake.set)
     try:
         for wait, out, end in hub.step_loop(clock):
             if wait is Wait.IDLE:
@@ -259,7 +260,7 @@ async def drive(hub: Hub, clock: SimStepClock) -> None:
                 continue
             await asyncio.sleep(max(0.0, end - loop.time()))
             if wait is Wait.READERS:
-                await hub._deliver_and_wait(out, end)
+                await hub.deliver_and_wait(out, end)
     except asyncio.CancelledError:
         raise
     except BaseException as exc:  # as the step thread does: recorded with its traceback, every stream ended

@@ -35,7 +35,8 @@ from streamlab.config import CacheConfig, EngineConfig, ServiceConfig
 from streamlab.engine.engine import BatchEngine, FaultPlan
 from streamlab.errors import (BodyTimeout, BodyTooLarge, InvalidJSON, InvalidRequest, ModelNotFound, NotAllowed, Overloaded,
                               RequestError, RequestTooLarge, UnsupportedMediaType, envelope, http_status)
-from streamlab.hub import Hub, StreamEvent
+from streamlab.hub import Hub
+from streamlab.streams import StreamEvent
 from streamlab.metrics import Metrics
 from streamlab.models import LoadedModel, load_model
 from streamlab.openai_api import (ChatCompletionRequest, ChunkWriter, CompletionRequest, chat_prompt, error_object,

@@ -23,9 +23,6 @@ import time
 import traceback
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterator
-from dataclasses import dataclass, field
-from enum import Enum
-from typing import NamedTuple, Protocol
 
 from streamlab.detokenizer import TextStream, token_byte_table
 from streamlab.engine.engine import BatchEngine, StepOutput
@@ -35,110 +32,15 @@ from streamlab.deadline import StepCostModel, predict_ttft_s
 from streamlab.errors import DeadlineUnmeetable, Overloaded, ResumeGap, ShuttingDown, StreamGone, StreamNotFound
 from streamlab.policies import Action, BackpressureConfig, Policy, admits, backpressure
 from streamlab.sampling import SamplingParams
+from streamlab.step_clock import Clock, StepClock, Wait, WallStepClock
+from streamlab.streams import ReleaseRecord, StepRecord, Stream, StreamEvent
 
 log = logging.getLogger("streamlab.hub")
 
-Clock = Callable[[], float]
 IDLE_POLL_S = 0.05  # the step thread's longest sleep when idle (wishes also wake it at once)
 
 
-class Wait(Enum):
-    IDLE = "idle"
-    STEP_END = "step_end"
-    READERS = "readers"
-
-
-class StepClock(Protocol):
-    """Where a step's times come from: the wall clock (the step thread) or a cost model (the simulation)."""
-
-    def begin(self) -> float: ...  # a step begins now: its start time
-    def done(self, part: StepOutput) -> float: ...  # a prefill pass handed over its first tokens: its time
-    def end(self, out: StepOutput) -> float: ...  # the step's rest is done: its end time
-    def post(self, at: float, fn: Callable, *args) -> None: ...  # run fn(*args) on the event loop at `at`
-
-
-class WallStepClock:
-    """The step thread's clock: a part is done when it is done; events go to the loop at once."""
-
-    def __init__(self, clock: Clock, loop: asyncio.AbstractEventLoop) -> None:
-        self.clock, self.loop = clock, loop
-
-    def begin(self) -> float:
-        return self.clock()
-
-    def done(self, part: StepOutput) -> float:
-        return self.clock()
-
-    end = done
-
-    def post(self, at: float, fn: Callable, *args) -> None:
-        self.loop.call_soon_threadsafe(fn, *args)
-
-
 WARM_UP_DEADLINE_S = 120.0  # start() waits this long for the step thread's warm-up
-
-
-class StepRecord(NamedTuple):
-    """One step in the step log (/debug/steps): what it did and how long it took."""
-    began: float
-    seconds: float
-    prefilled: int  # prompts whose prefill ended in this step
-    decoded: int
-    prompt_tokens: int  # prompt tokens run (whole prompts, or chunks)
-    events: int  # token and finish events it handed over
-    decode_context: int = 0  # tokens the decoded sequences attended to, summed
-    cpu_s: float = 0.0  # the step thread's CPU time in the step: no wait for the GIL or the CPU in it
-
-
-@dataclass
-class StreamEvent:
-    kind: str  # "start" | "token" | "done" | "error"
-    payload: dict
-    id: int = 0  # the stream's own count from 1: the SSE id is "<request id>:<id>"
-    size: int = 0  # payload bytes, counted only where resumption keeps the event
-
-
-@dataclass
-class ReleaseRecord:
-    """One request's end, for /debug/releases and the harness's release checks."""
-    request_id: str
-    reason: str  # finish reason, or why the hub cancelled it
-    completion_tokens: int
-    release_step: int
-    released_at: float  # hub clock, after the step that ended it
-    closed_at: float | None  # when its stream was closed early (client gone, dropped), if it was
-    closed_after_step: int | None  # engine steps begun at that moment: release_step should be the next
-
-
-@dataclass
-class Stream:
-    request_id: str
-    prompt_tokens: int
-    text: TextStream
-    wakeup: asyncio.Event
-    taken: asyncio.Event  # set whenever the reader takes an event (the naive policy waits on it)
-    queue: deque[StreamEvent] = field(default_factory=deque)
-    finished: bool = False  # the last event (done or error) is queued; nothing more will be
-    end_taken: bool = False  # the reader took the last event
-    closed: bool = False
-    close_reason: str | None = None
-    paused: bool = False
-    at_limit_since: float | None = None
-    # The client's share of the time at the limit (policies.py): writes it held, summed, and the
-    # one it holds now. A write the transport takes at once returns before anything else runs,
-    # so writing_since is seen set only while the client pushes back (or while nobody reads).
-    stalled_s: float = 0.0
-    writing_since: float | None = None
-    completion_tokens: int = 0
-    max_queued: int = 0
-    next_id: int = 1
-    # Resumption: events already taken (bounded), which connection owns the stream, and since
-    # when nobody does (the window's timer runs from then).
-    sent: deque[StreamEvent] = field(default_factory=deque)
-    sent_bytes: int = 0
-    attachment: int = 0
-    detached_since: float | None = None
-    expiry: asyncio.TimerHandle | None = None
 
 
 class Hub:
@@ -171,7 +73,7 @@ class Hub:
         # The step thread's own record: (began, seconds, prefilled, decoded), for /debug/steps.
         self.step_log: deque[StepRecord] = deque(maxlen=history)
         self.on_release_delay: Callable[[float], None] | None = None  # metrics hook
-        self.on_wish: Callable[[], None] | None = None  # an external driver's wake-up (the simulation)
+        self._on_wish: Callable[[], None] | None = None  # an external driver's wake-up (wake_with)
         self._prefilled_early = 0  # prefills handed over early in the step running now
         self.draining = False
         self.failure: BaseException | None = None
@@ -408,8 +310,8 @@ class Hub:
 
     def _wake(self) -> None:
         self._work.set()
-        if self.on_wish is not None:
-            self.on_wish()
+        if self._on_wish is not None:
+            self._on_wish()
 
     def _client_stalled_s(self, stream: Stream, now: float) -> float:
         if stream.at_limit_since is None:
@@ -490,14 +392,20 @@ class Hub:
             stream.wakeup.set()
         return list(touched.values())
 
-    async def _deliver_and_wait(self, out: StepOutput, released_at: float) -> None:
-        """The naive policy: hand each stream its events and wait until its reader took them."""
+    async def deliver_and_wait(self, out: StepOutput, released_at: float) -> None:
+        """The naive policy: hand each stream its events and wait until its reader took them (the
+        step thread runs it on the loop; the simulation awaits it after a Wait.READERS step)."""
         for stream in self._deliver(out, released_at):
             while stream.queue and not stream.closed and not self._stopping.is_set():
                 stream.taken.clear()
                 await stream.taken.wait()
 
     # ---- the step loop: one for the step thread and the simulation ----
+
+    def wake_with(self, wake: Callable[[], None]) -> None:
+        """For a driver of step_loop other than the step thread (the simulation): called whenever
+        a wish arrives (a request, a cancel), so an idle driver steps again at once."""
+        self._on_wish = wake
 
     @property
     def waits_for_readers(self) -> bool:
@@ -567,7 +475,7 @@ class Hub:
                 if wait is Wait.IDLE:
                     self._work.wait(IDLE_POLL_S)
                 elif wait is Wait.READERS:
-                    future = asyncio.run_coroutine_threadsafe(self._deliver_and_wait(out, end), self._loop)
+                    future = asyncio.run_coroutine_threadsafe(self.deliver_and_wait(out, end), self._loop)
                     while not self._stopping.is_set():
                         try:
                             future.result(timeout=IDLE_POLL_S)

@@ -18,7 +18,8 @@ from collections.abc import AsyncIterator
 from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
-from streamlab.hub import Hub, Stream, StreamEvent
+from streamlab.hub import Hub
+from streamlab.streams import Stream, StreamEvent
 from streamlab.openai_api import ChunkWriter
 from streamlab.sse import encode_comment, encode_json_event
 

@@ -14,7 +14,8 @@ from harness.live import ServerProcess, free_port
 from harness.scenario import ServerSpec, load_by_name
 from harness.simulation import SimStepClock
 from streamlab.engine.engine import BatchEngine
-from streamlab.hub import Hub, WallStepClock
+from streamlab.hub import Hub
+from streamlab.step_clock import WallStepClock
 from streamlab.options import SERVE_OPTIONS, service_config
 from streamlab.policies import Policy
 from streamlab.config import ServiceConfig
