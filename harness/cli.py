@@ -66,9 +66,9 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     console = Console(width=None if sys.stdout.isatty() else 160)
     if args.scenario_command == "schema":
-        from harness.registry import write_checks_table
+        from harness.scenario_docs import write_readme
         SCHEMA_PATH.write_text(json.dumps(json_schema(), indent=2) + "\n")
-        console.print(f"wrote {SCHEMA_PATH} and the checks table of {write_checks_table()}")
+        console.print(f"wrote {SCHEMA_PATH} and the generated sections of {write_readme()}")
         return 0
     if args.scenario_command == "baseline":
         from harness.baseline import BASELINES, figures_from_results, load_baselines, save_baselines

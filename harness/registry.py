@@ -3,8 +3,8 @@ it is observed on a server that is not our own.
 
 Read from here: the scenario schema's CheckName (so any check can be a negative control), the
 dispatcher (harness/checks.run_checks, which runs the implementations registered below by name),
-what a target cannot show (harness/targets.unobservable) and the checks table in
-scenarios/README.md (`streamlab scenario schema` writes it; a test fails when it is stale).
+what a target cannot show (unobservable, below) and the checks table in scenarios/README.md
+(harness/scenario_docs.py; `streamlab scenario schema` writes it, a test fails when it is stale).
 
 One rule for every check, applied in one place (`settle`): a check that compared nothing is not
 observable, never passed.
@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from harness import timing
@@ -150,20 +149,3 @@ def checks_table() -> str:
         where = ON_TARGET[c.on_target] + (f" ({c.why_not_on_target})" if c.why_not_on_target else "")
         rows.append(f"| `{c.name}` | {c.holds_when} | {where} |")
     return "\n".join(rows)
-
-
-README = Path(__file__).resolve().parent.parent / "scenarios" / "README.md"
-TABLE_BEGIN = "<!-- the checks table: written by `streamlab scenario schema` from harness/registry.py -->"
-TABLE_END = "<!-- end of the checks table -->"
-
-
-def readme_with_checks_table(text: str) -> str:
-    """scenarios/README.md's text with its checks table as the registry declares it."""
-    head, _, rest = text.partition(TABLE_BEGIN)
-    _, _, tail = rest.partition(TABLE_END)
-    return f"{head}{TABLE_BEGIN}\n{checks_table()}\n{TABLE_END}{tail}"
-
-
-def write_checks_table() -> Path:
-    README.write_text(readme_with_checks_table(README.read_text()))
-    return README
