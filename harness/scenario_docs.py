@@ -53,7 +53,7 @@ def field_reference() -> str:
                 "| field | type | default | what |", "|---|---|---|---|"]
         for field, p in props.items():
             default = ("required" if field in spec.get("required", []) else
-                       json.dumps(p["default"]) if "default" in p else "(made per scenario)")
+                       json.dumps(p["default"]) if "default" in p else "-")
             what = (p.get("description") or "").replace("|", "\\|").replace("\n", " ")
             out.append(f"| `{field}` | {_type(p)} | {default} | {what} |")
         out.append("")
