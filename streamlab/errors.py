@@ -111,6 +111,14 @@ class ModelLoadError(StreamlabError):
     """Raised with a one-line message that says how to fix it."""
 
 
+class EngineBroken(StreamlabError):
+    """Steps kept failing: the engine cannot go on (the server then refuses work and drains)."""
+
+
+class InjectedFault(StreamlabError):
+    """The lab's fault hook (FaultPlan): a model step that raises on purpose."""
+
+
 class InvariantViolation(StreamlabError):
     pass
 

@@ -24,7 +24,8 @@ from streamlab.deadline import QueueSnapshot
 from streamlab.engine.blocks import BlockManager
 from streamlab.engine.scheduler import PromptChunk, ScheduledBatch, Scheduler
 from streamlab.engine.sequence import FinishReason, Sequence, SequenceStatus, StopCheck
-from streamlab.errors import DuplicateRequest, InvariantViolation, RequestError, RequestTooLarge
+from streamlab.errors import (DuplicateRequest, EngineBroken, InjectedFault, InvariantViolation, RequestError,
+                              RequestTooLarge)
 from streamlab import paged_kernel
 from streamlab.model import GPT2, AttentionGroup, ChunkInput, DecodeBatch, TableAttention
 from streamlab.sampling import SamplingParams, make_rng, sample
@@ -57,14 +58,6 @@ class StepOutput:
     prefill_tokens: int = 0  # prompt tokens run through prefill in this step
     decode_context: int = 0  # tokens the decoded sequences attended to, summed (a decode's cost grows with it)
     error: str | None = None  # the step failed: its sequences ended with reason `error`
-
-
-class EngineBroken(RuntimeError):
-    """Steps kept failing: the engine cannot go on (the server then refuses work and drains)."""
-
-
-class InjectedFault(RuntimeError):
-    """The lab's fault hook (FaultPlan): a model step that raises on purpose."""
 
 
 @dataclass(frozen=True)
