@@ -22,12 +22,13 @@ import torch
 from streamlab.config import EngineConfig
 from streamlab.deadline import QueueSnapshot
 from streamlab.engine.blocks import BlockManager
-from streamlab.engine.scheduler import PromptChunk, ScheduledBatch, Scheduler
+from streamlab.engine.inputs import chunk_input, decode_batch, prefill_passes
+from streamlab.engine.scheduler import ScheduledBatch, Scheduler
 from streamlab.engine.sequence import FinishReason, Sequence, SequenceStatus, StopCheck
 from streamlab.errors import (DuplicateRequest, EngineBroken, InjectedFault, InvariantViolation, RequestError,
                               RequestTooLarge)
 from streamlab import paged_kernel
-from streamlab.model import GPT2, AttentionGroup, ChunkInput, DecodeBatch, TableAttention
+from streamlab.model import GPT2
 from streamlab.sampling import SamplingParams, make_rng, sample
 
 
@@ -274,7 +275,7 @@ class BatchEngine:
     def _whole_prompt_step(self, step: int, batch: ScheduledBatch, finished: list[FinishEvent],
                            on_prefill: Callable[[StepOutput], None] | None) -> StepOutput:
         made: list[tuple[Sequence, int]] = []
-        for group in self._prefill_passes(batch.prefills):
+        for group in prefill_passes(batch.prefills, self.config.prefill_pass_tokens):
             slots = [self.cache.slots_for(seq.block_table, 0, len(seq.prompt_ids)) for seq in group]
             logits = self.model.prefill_many([seq.prompt_ids for seq in group], slots, self.cache)
             for seq in group:
@@ -289,7 +290,7 @@ class BatchEngine:
                                   sum(len(seq.prompt_ids) for seq in group)))
         context = sum(seq.num_tokens for seq in batch.decodes)
         if batch.decodes:
-            logits = self.model.decode(self._decode_batch(batch.decodes), self.cache)
+            logits = self.model.decode(decode_batch(self.cache, batch.decodes, self.use_kernel), self.cache)
             made.extend((seq, sample(logits[i], seq.params, seq.rng)) for i, seq in enumerate(batch.decodes))
         tokens = self._record_tokens(made, step, finished)
         with self._state_lock:
@@ -304,8 +305,8 @@ class BatchEngine:
         made: list[tuple[Sequence, int]] = []
         context = sum(seq.num_tokens for seq in batch.decodes)
         if batch.decodes or batch.chunks:
-            decode = self._decode_batch(batch.decodes) if batch.decodes else None
-            logits = self.model.step_forward(decode, [self._chunk_input(c) for c in batch.chunks], self.cache)
+            decode = decode_batch(self.cache, batch.decodes, self.use_kernel) if batch.decodes else None
+            logits = self.model.step_forward(decode, [chunk_input(self.cache, c) for c in batch.chunks], self.cache)
             made = [(seq, sample(logits[i], seq.params, seq.rng)) for i, seq in enumerate(batch.decodes)]
             for c in batch.chunks:
                 c.seq.prefilled = c.end
@@ -317,29 +318,6 @@ class BatchEngine:
             self._steps = step
         return StepOutput(step, tokens, finished, sum(1 for c in batch.chunks if c.last), len(batch.decodes),
                           sum(c.end - c.start for c in batch.chunks), decode_context=context)
-
-    def _chunk_input(self, c: PromptChunk) -> ChunkInput:
-        bs = self.config.cache.block_size
-        nb = -(-c.end // bs)
-        query = torch.arange(c.start, c.end)
-        return ChunkInput(torch.tensor(c.seq.prompt_ids[c.start:c.end]), c.start,
-                          self.cache.slots_for(c.seq.block_table, c.start, c.end),
-                          torch.tensor([c.seq.block_table[:nb]]),
-                          torch.arange(nb * bs)[None, :] > query[:, None], c.last)
-
-    def _prefill_passes(self, seqs: list[Sequence]) -> list[list[Sequence]]:
-        """Admitted sequences in arrival order, cut into passes of at most prefill_pass_tokens
-        prompt tokens (a longer prompt gets a pass of its own)."""
-        passes: list[list[Sequence]] = []
-        tokens = 0
-        for seq in seqs:
-            if passes and tokens + len(seq.prompt_ids) <= self.config.prefill_pass_tokens:
-                passes[-1].append(seq)
-                tokens += len(seq.prompt_ids)
-            else:
-                passes.append([seq])
-                tokens = len(seq.prompt_ids)
-        return passes
 
     def _record_tokens(self, made: list[tuple[Sequence, int]], step: int,
                        finished: list[FinishEvent]) -> list[TokenEvent]:
@@ -381,30 +359,6 @@ class BatchEngine:
         self._finished_by_reason[reason.value] += 1
         finished.append(FinishEvent(seq.request_id, reason, len(seq.output_ids), step, seq.closed_at,
                                     seq.closed_after_step))
-
-    def _decode_batch(self, seqs: list[Sequence]) -> DecodeBatch:
-        bs = self.config.cache.block_size
-        positions = [s.num_tokens - 1 for s in seqs]  # the last token is fed now
-        write_slots = [s.block_table[p // bs] * bs + p % bs for s, p in zip(seqs, positions)]
-        if self.use_kernel:  # one call for the whole batch, each sequence over its own context
-            nb = max(p // bs + 1 for p in positions)
-            return DecodeBatch(torch.tensor([s.last_token for s in seqs]), torch.tensor(positions),
-                               torch.tensor(write_slots), [],
-                               TableAttention(self.cache.padded_blocks([s.block_table for s in seqs], nb),
-                                              torch.tensor([p + 1 for p in positions]), bs))
-        # Group by block count: a sequence's attention length is its own context rounded up
-        # to whole blocks, which depends on nothing else in the batch (see model.py).
-        by_blocks: dict[int, list[int]] = {}
-        for row, p in enumerate(positions):
-            by_blocks.setdefault(p // bs + 1, []).append(row)
-        groups = []
-        for nb, rows in sorted(by_blocks.items()):
-            blocks = self.cache.padded_blocks([seqs[r].block_table for r in rows], nb)
-            context = torch.tensor([positions[r] + 1 for r in rows])
-            masked = torch.arange(nb * bs)[None, :] >= context[:, None]
-            groups.append(AttentionGroup(torch.tensor(rows), blocks, masked))
-        return DecodeBatch(torch.tensor([s.last_token for s in seqs]), torch.tensor(positions),
-                           torch.tensor(write_slots), groups)
 
     # ---- inspection ----
 
