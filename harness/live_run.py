@@ -104,9 +104,9 @@ class LiveServer:
         if self.watch is not None:
             await self.watch.settle(drain_s)
 
-    async def collect(self) -> ServerBooks:
+    async def collect(self, time_engine: bool = False) -> ServerBooks:
         if self.target.profile_spec.native_books:
-            books = await self._native_books()
+            books = await self._native_books(time_engine)
         else:
             books = ServerBooks(server={}, releases=[], invariants=[], ledger_problems=[])
         if self.watch is not None:
@@ -120,7 +120,7 @@ class LiveServer:
             return None
         return await self.watch.solo(planned, records)
 
-    async def _native_books(self) -> ServerBooks:
+    async def _native_books(self, time_engine: bool) -> ServerBooks:
         endpoint = self.endpoint
         stats = await endpoint.get_json("/stats")
         releases = await endpoint.get_json("/debug/releases")
@@ -135,7 +135,7 @@ class LiveServer:
             s["began"] -= self.base
         return ServerBooks(server=stats, releases=releases["releases"], invariants=invariants,
                            ledger_problems=releases["ledger_problems_when_idle"], steps=steps,
-                           failure=stats.get("failure"), step_timing=await self._step_timing())
+                           failure=stats.get("failure"), step_timing=await self._step_timing() if time_engine else {})
 
     async def _step_timing(self) -> dict:
         """The server's engine alone, paired with the yardstick, timed by the server after the run

@@ -67,10 +67,13 @@ class RunContext:
         return mode
 
 
-def run_trace(scenario: Scenario, backend: Backend, progress=None) -> tuple[Trace, list[PlannedClient]]:
+def run_trace(scenario: Scenario, backend: Backend, progress=None,
+              time_engine: bool = False) -> tuple[Trace, list[PlannedClient]]:
     """Run a scenario's clients against a backend's server; the trace of what happened. Load or
     SLOs stated relative to this machine are resolved first, by a probe through the same backend
-    (harness.capacity)."""
+    (harness.capacity). time_engine: the run is judged, so its server's engine is timed alone
+    after it for the drift check (about 2.6 s a run; probes, baselines, paced simulations and
+    the calibration's runs are not judged on drift and skip it)."""
     scenario, probes = capacity.resolve(scenario, lambda probe: run_trace(probe, backend)[0])
     loaded = loaded_model(scenario.server.model)
     planned = plan(scenario, loaded.tokenizer)
@@ -81,7 +84,7 @@ def run_trace(scenario: Scenario, backend: Backend, progress=None) -> tuple[Trac
             await launch(planned, records, scenario, server.clock, server.opener_for, progress, server.wire)
             end = server.clock()
             await server.settle(scenario.drain_s)
-            books = await server.collect()
+            books = await server.collect(time_engine)
             references = await server.references(planned, records)
         return Trace.of(books, scenario=scenario.name, mode=backend.mode, seed=scenario.seed,
                         config=scenario.model_dump(mode="json"), streams=records, duration_s=end,
@@ -123,7 +126,7 @@ def run_scenario(scenario: Scenario, mode: str, ctx: RunContext, progress=None) 
     if mode not in ctx.backends:
         raise ValueError(f"unknown mode {mode!r}")
     refs = ctx.references
-    trace, planned = run_trace(scenario, ctx.backends[mode], progress)
+    trace, planned = run_trace(scenario, ctx.backends[mode], progress, time_engine=True)
     refs.traces[(scenario.name, mode)] = trace
     if not scenario.expect.identity:
         solo = {}
@@ -143,7 +146,7 @@ def run_scenario(scenario: Scenario, mode: str, ctx: RunContext, progress=None) 
     if live and timing.wants_again(timed):
         # AGAIN (harness.timing): the scenario runs once more, then its baseline scenarios just
         # after it, so a latency ratio is formed within one back-to-back pair.
-        again = run_trace(scenario, ctx.backends[mode])[0]
+        again = run_trace(scenario, ctx.backends[mode], time_engine=True)[0]
         fresh = refs.latency_baselines(scenario, again, ctx.loader,
                                        lambda s: run_trace(ctx.prepared(s), ctx.backends[mode])[0])
         paced[1] = refs.at_the_pace(scenario, again, sim, ctx.backends[ctx.parity_mode])
