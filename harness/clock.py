@@ -10,12 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import selectors
-import time
-
-
-class RealClock:
-    def now(self) -> float:
-        return time.monotonic()
 
 
 class SimulationDeadlock(RuntimeError):

@@ -81,18 +81,6 @@ class TargetWatch:
         finally:
             ex.close_fin()
         return record, complete
-        try:
-            if (await ex.read_head(deadline_s)).status != 200:
-                return record
-            while not ex.ended and time.monotonic() < record.sent_at + deadline_s:
-                for ev in await ex.read_events(1, timeout_s=deadline_s):
-                    wire.note(record, ev, time.monotonic())
-            record.complete = ex.ended
-        except (OSError, asyncio.TimeoutError, ValueError):
-            pass
-        finally:
-            ex.close_fin()
-        return record
 
     # ---- through the run ----
 

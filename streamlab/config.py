@@ -22,10 +22,6 @@ class CacheConfig:
         _require(self.num_blocks >= 1, f"num_blocks must be >= 1, got {self.num_blocks}")
         _require(self.block_size >= 1, f"block_size must be >= 1, got {self.block_size}")
 
-    @property
-    def num_slots(self) -> int:
-        return self.num_blocks * self.block_size
-
     def blocks_for(self, num_tokens: int) -> int:
         return -(-num_tokens // self.block_size)
 

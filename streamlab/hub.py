@@ -74,7 +74,6 @@ class Hub:
         self.step_log: deque[StepRecord] = deque(maxlen=history)
         self.on_release_delay: Callable[[float], None] | None = None  # metrics hook
         self._on_wish: Callable[[], None] | None = None  # an external driver's wake-up (wake_with)
-        self._prefilled_early = 0  # prefills handed over early in the step running now
         self.draining = False
         self.failure: BaseException | None = None
         self.failure_traceback: str | None = None

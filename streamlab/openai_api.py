@@ -17,7 +17,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from streamlab.errors import RequestError, envelope, http_status
+from streamlab.errors import envelope
 from streamlab.sampling import SamplingParams
 
 OPENAI_PATHS = ("/v1/completions", "/v1/chat/completions", "/v1/models")
@@ -225,8 +225,3 @@ def full_response(chat: bool, request_id: str, model: str, text: str, ids: list[
 
 def models_list(name: str, created: int) -> dict:
     return {"object": "list", "data": [{"id": name, "object": "model", "created": created, "owned_by": "streamlab"}]}
-
-
-def refusal(exc: RequestError, param: str | None = None) -> tuple[dict, int]:
-    status = http_status(exc)
-    return error_object(exc.error_type, str(exc), status, param), status

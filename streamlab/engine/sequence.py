@@ -61,7 +61,3 @@ class Sequence:
     @property
     def prefill_done(self) -> bool:
         return self.prefilled >= len(self.prompt_ids)
-
-    @property
-    def is_finished(self) -> bool:
-        return self.status is SequenceStatus.FINISHED
