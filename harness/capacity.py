@@ -17,7 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from harness.trace import Trace, metric_values, percentile
-from harness.scenario import AtOnce, Expectations, GroupSpec, Poisson, Reader, Scenario, Slo
+from harness.behaviours import Reader
+from harness.scenario import AtOnce, Expectations, GroupSpec, Poisson, Scenario, Slo
 
 BURST_PER_SLOT = 4  # the burst keeps every batch slot busy for about four requests each
 BURST_AT_S = 0.5  # after the lone request (a few ms here; 50 ms would be a machine 10x slower)

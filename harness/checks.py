@@ -5,7 +5,8 @@ from __future__ import annotations
 from harness.verdict import CheckResult
 from harness.capacity import group_slos
 from harness.trace import LEFT_BEHIND, NORMAL_FINISHES, Trace, goodput, holds_nothing
-from harness.scenario import BadRequest, JoinWhile, Reconnector, Scenario
+from harness.behaviours import BadRequest, Reconnector
+from harness.scenario import JoinWhile, Scenario
 from harness.registry import CHECKS, NATIVE, OUTSIDE, implements, settle, unobservable
 from harness.targets import PROFILES
 from harness.timing import CAPACITY

@@ -1,4 +1,6 @@
-"""Client behaviours over a transport (simulated or real sockets). They record; they never judge."""
+"""Clients over a transport (simulated or real sockets), each reading as its behaviour does
+(harness/behaviours/), and launch(), which runs them at their arrival times. They record; they
+never judge."""
 
 from __future__ import annotations
 
@@ -7,13 +9,11 @@ import random
 from collections.abc import Awaitable, Callable
 from typing import Protocol
 
-from harness.scenario import BadRequest, Dropper, GroupSpec, Reader, Reconnector, Sleeper, Stalled
+from harness.behaviours import READ_DEADLINE_S, BadRequest
+from harness.scenario import GroupSpec
 from harness.trace import StreamRecord
 from harness.wire import StreamlabWire, Wire
 from streamlab.sse import SSEEvent
-
-READ_DEADLINE_S = 120.0  # no single read waits longer than this
-
 
 class Connection(Protocol):
     ended: bool
@@ -30,6 +30,9 @@ Opener = Callable[[str, dict | bytes, dict[str, str] | None], Awaitable[Connecti
 
 
 class Client:
+    """One planned client: it sends its request and keeps the record every client keeps (times,
+    status, events, how it left); how it reads the stream is its behaviour's (harness.behaviours)."""
+
     def __init__(self, group: GroupSpec, record: StreamRecord, rng: random.Random, clock: Callable[[], float],
                  on_first_token: Callable[[str], None] | None = None, wire: Wire = StreamlabWire()) -> None:
         self.wire = wire
@@ -39,8 +42,9 @@ class Client:
         self.rng = rng
         self.clock = clock
         self.on_first_token = on_first_token
+        self.open_connection: Opener | None = None
 
-    def _note(self, events: list[SSEEvent]) -> None:
+    def note(self, events: list[SSEEvent]) -> None:
         now = self.clock()
         for ev in events:
             first = not self.record.token_times
@@ -50,53 +54,35 @@ class Client:
     async def run(self, open_connection: Opener, budget: int) -> None:
         rec = self.record
         behaviour = self.behaviour
+        self.open_connection = open_connection
         rec.sent_at = self.clock()
-        if isinstance(behaviour, BadRequest):
-            body, headers = self.wire.bad(behaviour.send, rec.prompt, budget)
-            conn = await open_connection(self.wire.path, body, headers)
-            try:
-                head = await conn.read_head(READ_DEADLINE_S)
-                rec.status, rec.head_at = head.status, self.clock()
-                rec.error_type = self.wire.error_type(await self._reply(conn))
-            finally:
-                conn.close("fin")
+        if isinstance(behaviour, BadRequest):  # its whole exchange is its own: a bad body, a refusal
+            await behaviour.exchange(self, budget)
             return
         conn = await open_connection(self.wire.path, self.wire.body(rec.prompt, rec.request), None)
-        how = self._close_how()
+        how = self.close_how()
         try:
-            if isinstance(behaviour, Stalled):
-                await asyncio.sleep(behaviour.give_up_s)  # never reads, not even the head
-                self._close(conn, how)
+            if behaviour.before_head:
+                conn = await behaviour.read(self, conn, how)
                 return
             head = await conn.read_head(READ_DEADLINE_S)
             rec.status, rec.head_at = head.status, self.clock()
             if head.status != 200:
-                rec.error_type = self.wire.error_type(await self._reply(conn))
+                rec.error_type = self.wire.error_type(await self.reply(conn))
                 return
             self.wire.on_head(rec, head.headers, rec.head_at)
-            if isinstance(behaviour, Reader):
-                while not conn.ended:
-                    self._note(await conn.read_events(1, READ_DEADLINE_S))
-            elif isinstance(behaviour, Sleeper):
-                while not conn.ended:
-                    self._note(await conn.read_chunk(behaviour.read_bytes, READ_DEADLINE_S))
-                    if not conn.ended:
-                        await asyncio.sleep(behaviour.sleep_s)
-            elif isinstance(behaviour, Dropper):
-                await self._drop(conn, behaviour, how)
-            elif isinstance(behaviour, Reconnector):
-                conn = await self._reconnect(conn, behaviour, open_connection)
+            conn = await behaviour.read(self, conn, how)
         except (OSError, asyncio.TimeoutError, ConnectionError) as exc:
             rec.failure = f"{type(exc).__name__}: {exc}"
         finally:
             rec.bytes_read += conn.bytes_read
             if not conn.ended and rec.closed_at is None and rec.failure is None:
-                self._close(conn, how)  # leaving on purpose (a dropper's deadline, say)
+                self.close(conn, how)  # leaving on purpose (a dropper's deadline, say)
             elif rec.closed_at is None:
                 conn.close("fin")  # done, or broken: not a client that left
 
     @staticmethod
-    async def _reply(conn: Connection) -> dict:
+    async def reply(conn: Connection) -> dict:
         """A refusal's JSON body; a target may answer with something else (say, plain text)."""
         try:
             reply = await conn.read_json(READ_DEADLINE_S)
@@ -104,82 +90,19 @@ class Client:
             return {}
         return reply if isinstance(reply, dict) else {}
 
-    def _close_how(self) -> str:
+    def close_how(self) -> str:
         how = getattr(self.behaviour, "close", "fin")
         return self.rng.choice(["fin", "rst"]) if how == "mixed" else how
 
-    def _close(self, conn: Connection, how: str) -> None:
+    def close(self, conn: Connection, how: str) -> None:
+        """Leave on purpose: the record says when and how."""
         self.record.closed_at = self.clock()
         self.record.close_how = how
         conn.close(how)
 
-    async def _drop(self, conn: Connection, behaviour: Dropper, how: str) -> None:
-        rec = self.record
-        if behaviour.while_waiting:
-            while rec.start_at is None and not conn.ended:
-                self._note(await conn.read_events(1, READ_DEADLINE_S))
-        elif behaviour.after_s is not None:
-            try:
-                await asyncio.wait_for(self._read_all(conn), behaviour.after_s)
-            except asyncio.TimeoutError:
-                pass
-        else:
-            after = behaviour.after_tokens
-            limit = self.rng.randint(*after) if isinstance(after, tuple) else after
-            while len(rec.token_times) < limit and not conn.ended:
-                self._note(await conn.read_events(1, READ_DEADLINE_S))
-                if behaviour.read_pause_s and len(rec.token_times) < limit:
-                    await asyncio.sleep(behaviour.read_pause_s)
-        if not conn.ended or rec.finish is None:
-            self._close(conn, how)
-
-    async def _reconnect(self, conn: Connection, behaviour: Reconnector, open_connection: Opener) -> Connection:
-        """Read; leave after N tokens or on a break; come back with Last-Event-ID; until the end."""
-        rec = self.record
-        left = behaviour.reconnects
-        while True:
-            after = behaviour.after_tokens
-            limit = None if after is None or left == 0 else (
-                self.rng.randint(*after) if isinstance(after, tuple) else after)
-            start = len(rec.token_times)
-            try:
-                while not conn.ended and (limit is None or len(rec.token_times) - start < limit):
-                    self._note(await conn.read_events(1, READ_DEADLINE_S))
-            except (OSError, ConnectionError, asyncio.IncompleteReadError):
-                if left == 0:
-                    raise
-            if conn.ended and rec.finish is not None:
-                return conn
-            rec.cuts.append(self.clock())
-            rec.bytes_read += conn.bytes_read
-            conn.close(self._close_how())
-            while left > 0:  # come back; a refused or failed reconnect uses one attempt too
-                left -= 1
-                await asyncio.sleep(behaviour.gap_s)
-                try:
-                    conn = await open_connection(self.wire.path, self.wire.body(rec.prompt, rec.request),
-                                                 {"last-event-id": rec.event_ids[-1]} if rec.event_ids else None)
-                except (OSError, ConnectionError, asyncio.TimeoutError):
-                    rec.resumes.append(0)
-                    continue
-                try:
-                    head = await conn.read_head(READ_DEADLINE_S)
-                except (OSError, ConnectionError, asyncio.TimeoutError):
-                    conn.close("fin")
-                    rec.resumes.append(0)
-                    continue
-                rec.resumes.append(head.status)
-                if head.status == 200:
-                    break
-                rec.error_type = self.wire.error_type(await self._reply(conn))
-                conn.close("fin")
-            else:
-                rec.failure = f"could not resume: statuses {rec.resumes}"
-                return conn
-
-    async def _read_all(self, conn: Connection) -> None:
+    async def read_all(self, conn: Connection) -> None:
         while not conn.ended:
-            self._note(await conn.read_events(1, READ_DEADLINE_S))
+            self.note(await conn.read_events(1, READ_DEADLINE_S))
 
 
 def with_headers(opener: Opener, extra: dict[str, str]) -> Opener:

@@ -22,7 +22,8 @@ from harness.nginx import Nginx, ensure_certificate, nginx_unavailable
 from harness.plan import PlannedClient
 from harness.profile import load_profile
 from harness.rawhttp import RawExchange
-from harness.scenario import ProxySpec, Scenario, Sleeper
+from harness.behaviours import Sleeper
+from harness.scenario import ProxySpec, Scenario
 from harness.target_watch import TargetWatch
 from harness.targets import TARGETS, Target
 from harness.wire import Wire, bearer, wire_for

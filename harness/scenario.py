@@ -10,27 +10,17 @@ from pathlib import Path
 from typing import Annotated, Literal, Union
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, model_validator
+from pydantic import Field, ValidationError, create_model, model_validator
 
+from harness.behaviours import Behaviour
 from harness.registry import NAMES
+from harness.strict import FieldProblem, Strict
 from harness.targets import Target
 from streamlab.config import ServiceConfig
 from streamlab.options import SERVE_OPTIONS, ServeOption, serve_args, service_config
 from streamlab.policies import Policy
 
 SCENARIOS_DIR = Path(__file__).resolve().parent.parent / "scenarios"
-
-
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class FieldProblem(ValueError):
-    """A mistake that involves two fields, raised with the path of the one to point at."""
-
-    def __init__(self, loc: tuple, message: str) -> None:
-        super().__init__(message)
-        self.loc = loc
 
 
 # ---- the server ----
@@ -114,69 +104,6 @@ class RequestSpec(Strict):
     ttft_deadline_ms: Annotated[float, Field(gt=0)] | Literal["slo"] | None = Field(
         None, description="the first-token deadline sent with each request (the server's deadline gate, --admission "
                           "deadline): milliseconds, or `slo`: the group's SLO time to first token, as resolved")
-
-
-# ---- behaviours ----
-
-class Reader(Strict):
-    """Reads everything as fast as it can."""
-    kind: Literal["reader"]
-
-
-class Sleeper(Strict):
-    """Reads a chunk (up to read_bytes from the socket), then sleeps sleep_s, repeatedly."""
-    kind: Literal["sleeper"]
-    read_bytes: int = Field(65536, ge=1)
-    sleep_s: float = Field(0.25, gt=0)
-    recv_buffer_bytes: int | None = Field(None, ge=1024, description="live: SO_RCVBUF, so backpressure reaches the server")
-
-
-class Stalled(Strict):
-    """Connects, sends its request, never reads; leaves after give_up_s."""
-    kind: Literal["stalled"]
-    give_up_s: float = Field(5.0, gt=0)
-    close: Literal["fin", "rst"] = "fin"
-
-
-class Dropper(Strict):
-    """Leaves after `after_tokens` tokens (a number or [min, max]), after `after_s` seconds, or while waiting for a slot."""
-    kind: Literal["dropper"]
-    after_tokens: int | tuple[int, int] | None = None
-    after_s: float | None = Field(None, ge=0)
-    while_waiting: bool = False
-    close: Literal["fin", "rst", "mixed"] = "fin"
-    read_pause_s: float = Field(0.0, ge=0, description="sleep between reads: a slow reader that leaves early")
-
-    @model_validator(mode="after")
-    def _one_trigger(self) -> "Dropper":
-        given = [self.after_tokens is not None, self.after_s is not None, self.while_waiting]
-        if sum(given) != 1:
-            raise ValueError("give exactly one of after_tokens, after_s, while_waiting")
-        return self
-
-
-class Reconnector(Strict):
-    """Leaves after `after_tokens` tokens on each connection (or when its connection breaks), waits
-    gap_s, and reconnects with the last event id it saw (Last-Event-ID), up to `reconnects` times;
-    then reads to the end. A failed reconnect (refused, or no connection) also uses one."""
-    kind: Literal["reconnector"]
-    after_tokens: int | tuple[int, int] | None = Field(8, description="None: leave only when the connection breaks")
-    close: Literal["fin", "rst", "mixed"] = "fin"
-    gap_s: float = Field(0.2, ge=0)
-    reconnects: int = Field(1, ge=1, le=50)
-
-
-class BadRequest(Strict):
-    """Sends a malformed or oversized request and expects a refusal."""
-    kind: Literal["bad_request"]
-    send: Literal["malformed_json", "wrong_type", "unknown_field", "too_many_tokens", "body_too_large",
-                  "wrong_content_type", "empty_prompt", "lab_option", "missing_key", "wrong_key"] = Field(
-        description="missing_key, wrong_key: a good body with no access key, or another one than the server's")
-    expect_status: int = Field(ge=400, le=599)
-    expect_error: str
-
-
-Behaviour = Annotated[Union[Reader, Sleeper, Stalled, Dropper, Reconnector, BadRequest], Field(discriminator="kind")]
 
 
 # ---- arrivals ----

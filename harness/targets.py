@@ -21,13 +21,13 @@ from dataclasses import dataclass
 from typing import Literal
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
+
+from harness.strict import Strict
 
 Api = Literal["streamlab", "openai-completions", "openai-chat"]
 
 
-class Strict(BaseModel):  # harness.scenario's base, not imported from there: scenario.py imports this module
-    model_config = ConfigDict(extra="forbid")
 Gauge = Literal["running", "waiting", "cache_in_use"]
 
 

@@ -1,0 +1,18 @@
+"""The base of every model in the scenario format (and a target's): unknown fields are refused.
+Its own module, so the behaviours, the targets and the scenario can all build on it."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class FieldProblem(ValueError):
+    """A mistake that involves two fields, raised with the path of the one to point at."""
+
+    def __init__(self, loc: tuple, message: str) -> None:
+        super().__init__(message)
+        self.loc = loc
