@@ -24,8 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.live import free_port, wait_listening
-from harness.scenario import (BandwidthToxic, LatencyToxic, LimitDataToxic, ResetPeerToxic, SlicerToxic,
-                              SlowCloseToxic, TimeoutToxic, ToxicSpec)
+from harness.toxics import ToxicSpec
 
 API_TIMEOUT_S = 5.0
 START_DEADLINE_S = 15.0
@@ -78,23 +77,6 @@ class ToxiproxyServer:
             self._log.close()
 
 
-def toxic_attributes(toxic: ToxicSpec) -> dict:
-    """Our YAML carries units in field names; Toxiproxy's attributes do not."""
-    if isinstance(toxic, LatencyToxic):
-        return {"latency": toxic.latency_ms, "jitter": toxic.jitter_ms}
-    if isinstance(toxic, BandwidthToxic):
-        return {"rate": toxic.rate_kbps}
-    if isinstance(toxic, SlowCloseToxic):
-        return {"delay": toxic.delay_ms}
-    if isinstance(toxic, (TimeoutToxic, ResetPeerToxic)):
-        return {"timeout": toxic.timeout_ms}
-    if isinstance(toxic, SlicerToxic):
-        return {"average_size": toxic.average_size, "size_variation": toxic.size_variation, "delay": toxic.delay_us}
-    if isinstance(toxic, LimitDataToxic):
-        return {"bytes": toxic.bytes}
-    raise TypeError(toxic)
-
-
 @dataclass
 class ProxyHandle:
     name: str
@@ -126,14 +108,14 @@ class ToxiproxyClient:
                            listen="127.0.0.1:0")
         for i, toxic in enumerate(toxics):
             self._call(proxy.add_toxic, name=f"{toxic.type}_{toxic.stream}_{i}", type=toxic.type,
-                       stream=toxic.stream, toxicity=toxic.toxicity, attributes=toxic_attributes(toxic))
+                       stream=toxic.stream, toxicity=toxic.toxicity, attributes=toxic.attributes())
         listen = self._call(self._client.get_proxy, name).listen
         return ProxyHandle(name, int(listen.rsplit(":", 1)[1]), proxy)
 
     def add_toxic(self, handle: ProxyHandle, name: str, toxic: ToxicSpec) -> None:
         """A toxic on a proxy that may have connections open: Toxiproxy applies it to them too."""
         self._call(handle.proxy.add_toxic, name=name, type=toxic.type, stream=toxic.stream,
-                   toxicity=toxic.toxicity, attributes=toxic_attributes(toxic))
+                   toxicity=toxic.toxicity, attributes=toxic.attributes())
 
     def remove_toxic(self, handle: ProxyHandle, name: str) -> None:
         self._call(handle.proxy.destroy_toxic, name)

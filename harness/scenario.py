@@ -15,6 +15,7 @@ from pydantic import Field, ValidationError, create_model, model_validator
 from harness.behaviours import Behaviour
 from harness.registry import NAMES
 from harness.strict import FieldProblem, Strict
+from harness.toxics import ToxicSpec
 from harness.targets import Target
 from streamlab.config import ServiceConfig
 from streamlab.options import SERVE_OPTIONS, ServeOption, serve_args, service_config
@@ -152,53 +153,6 @@ Arrival = Annotated[Union[AtOnce, Uniform, Poisson, Offsets, JoinWhile], Field(d
 
 
 # ---- network (Toxiproxy toxics, live; latency and bandwidth are modelled in simulation) ----
-
-class Toxic(Strict):
-    stream: Literal["upstream", "downstream"] = "downstream"
-    toxicity: float = Field(1.0, ge=0, le=1)
-
-
-class LatencyToxic(Toxic):
-    type: Literal["latency"]
-    latency_ms: int = Field(ge=0)
-    jitter_ms: int = Field(0, ge=0)
-
-
-class BandwidthToxic(Toxic):
-    type: Literal["bandwidth"]
-    rate_kbps: int = Field(ge=1, description="KB/s, as Toxiproxy counts it")
-
-
-class SlowCloseToxic(Toxic):
-    type: Literal["slow_close"]
-    delay_ms: int = Field(ge=0)
-
-
-class TimeoutToxic(Toxic):
-    type: Literal["timeout"]
-    timeout_ms: int = Field(ge=0)
-
-
-class ResetPeerToxic(Toxic):
-    type: Literal["reset_peer"]
-    timeout_ms: int = Field(0, ge=0)
-
-
-class SlicerToxic(Toxic):
-    type: Literal["slicer"]
-    average_size: int = Field(ge=1)
-    size_variation: int = Field(0, ge=0)
-    delay_us: int = Field(0, ge=0)
-
-
-class LimitDataToxic(Toxic):
-    type: Literal["limit_data"]
-    bytes: int = Field(ge=0)
-
-
-ToxicSpec = Annotated[Union[LatencyToxic, BandwidthToxic, SlowCloseToxic, TimeoutToxic, ResetPeerToxic,
-                            SlicerToxic, LimitDataToxic], Field(discriminator="type")]
-
 
 class ProxyDown(Strict):
     """Take the group's proxy down at at_s for for_s seconds (live)."""

@@ -22,7 +22,8 @@ from harness.cores import server_threads, torch_threads
 from harness.plan import PlannedClient, loaded_model
 from harness.rawhttp import Head
 from harness.profile import StepCostProfile, load_profile
-from harness.scenario import BandwidthToxic, GroupSpec, LatencyToxic, Scenario
+from harness.scenario import GroupSpec, Scenario
+from harness.toxics import BandwidthToxic, LatencyToxic
 from harness.wire import StreamlabWire
 from streamlab.app import create_app
 from streamlab.bench_step import engine_speed

@@ -13,7 +13,7 @@ import pytest
 
 from harness.faults import ToxiproxyClient, ToxiproxyServer, find_binary
 from harness.live import ServerProcess
-from harness.scenario import LimitDataToxic
+from harness.toxics import LimitDataToxic
 
 SHOTS = Path("results") / "browser"
 PROMPT = "Return the number of items in the container."
