@@ -18,7 +18,8 @@ from dataclasses import dataclass
 
 from harness.trace import Trace, metric_values, percentile
 from harness.behaviours import Reader
-from harness.scenario import AtOnce, Expectations, GroupSpec, Poisson, Scenario, Slo
+from harness.arrivals import AtOnce, Poisson
+from harness.scenario import Expectations, GroupSpec, Scenario, Slo
 
 BURST_PER_SLOT = 4  # the burst keeps every batch slot busy for about four requests each
 BURST_AT_S = 0.5  # after the lone request (a few ms here; 50 ms would be a machine 10x slower)

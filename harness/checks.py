@@ -6,7 +6,8 @@ from harness.verdict import CheckResult
 from harness.capacity import group_slos
 from harness.trace import LEFT_BEHIND, NORMAL_FINISHES, Trace, goodput, holds_nothing
 from harness.behaviours import BadRequest, Reconnector
-from harness.scenario import JoinWhile, Scenario
+from harness.arrivals import JoinWhile
+from harness.scenario import Scenario
 from harness.registry import CHECKS, NATIVE, OUTSIDE, implements, settle, unobservable
 from harness.targets import PROFILES
 from harness.timing import CAPACITY

@@ -6,7 +6,7 @@ import random
 from dataclasses import dataclass
 from functools import lru_cache
 
-from harness.scenario import AtOnce, CorpusPrompt, GroupSpec, JoinWhile, Offsets, Poisson, Scenario, Uniform
+from harness.scenario import CorpusPrompt, GroupSpec, Scenario
 from streamlab.models import LoadedModel, load_model
 from streamlab.prompts import shipped_prompts
 
@@ -19,24 +19,6 @@ class PlannedClient:
     prompt: str
     request: dict
     seed: int
-
-
-def arrival_times(arrival, count: int, rng: random.Random) -> list[float]:
-    if isinstance(arrival, AtOnce):
-        return [arrival.at_s] * count
-    if isinstance(arrival, (Uniform, JoinWhile)):
-        return sorted(rng.uniform(arrival.start_s, arrival.end_s) for _ in range(count))
-    if isinstance(arrival, Poisson):
-        if arrival.rate_per_s is None:
-            raise ValueError("rate_x_capacity is resolved into rate_per_s before planning (harness.capacity)")
-        t, out = arrival.start_s, []
-        for _ in range(count):
-            t += rng.expovariate(arrival.rate_per_s)
-            out.append(t)
-        return out
-    if isinstance(arrival, Offsets):
-        return [arrival.offsets_s[i % len(arrival.offsets_s)] for i in range(count)]
-    raise TypeError(arrival)
 
 
 def corpus_prompt(tokenizer, rng: random.Random, lo: int, hi: int) -> str:
@@ -55,7 +37,7 @@ def plan(scenario: Scenario, tokenizer) -> list[PlannedClient]:
     rng = random.Random(scenario.seed)
     planned = []
     for group in scenario.groups:
-        times = arrival_times(group.arrival, group.count, rng)
+        times = group.arrival.times(group.count, rng)
         for i in range(group.count):
             prompt = (corpus_prompt(tokenizer, rng, *group.prompt.tokens) if isinstance(group.prompt, CorpusPrompt)
                       else group.prompt.text)

@@ -7,11 +7,12 @@ generated from these models (`streamlab scenario schema`) for editors; a test ke
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Literal, Union
+from typing import Annotated, Literal
 
 import yaml
 from pydantic import Field, ValidationError, create_model, model_validator
 
+from harness.arrivals import Arrival, AtOnce, JoinWhile
 from harness.behaviours import Behaviour
 from harness.registry import NAMES
 from harness.strict import FieldProblem, Strict
@@ -105,51 +106,6 @@ class RequestSpec(Strict):
     ttft_deadline_ms: Annotated[float, Field(gt=0)] | Literal["slo"] | None = Field(
         None, description="the first-token deadline sent with each request (the server's deadline gate, --admission "
                           "deadline): milliseconds, or `slo`: the group's SLO time to first token, as resolved")
-
-
-# ---- arrivals ----
-
-class AtOnce(Strict):
-    kind: Literal["at_once"]
-    at_s: float = Field(0.0, ge=0)
-
-
-class Uniform(Strict):
-    kind: Literal["uniform"]
-    start_s: float = Field(0.0, ge=0)
-    end_s: float = Field(gt=0)
-
-
-class Poisson(Strict):
-    """Exponential gaps at `rate_per_s` (this machine's seconds), or at `rate_x_capacity` times
-    the requests per second this server sustains for the group's requests, probed in the session
-    (harness/capacity.py): the same overload on a slower or a faster machine."""
-    kind: Literal["poisson"]
-    rate_per_s: float | None = Field(None, gt=0)
-    rate_x_capacity: float | None = Field(None, gt=0)
-    start_s: float = Field(0.0, ge=0)
-
-    @model_validator(mode="after")
-    def _one_rate(self) -> "Poisson":
-        if (self.rate_per_s is None) == (self.rate_x_capacity is None):
-            raise ValueError("give exactly one of rate_per_s and rate_x_capacity")
-        return self
-
-
-class Offsets(Strict):
-    kind: Literal["offsets"]
-    offsets_s: list[float] = Field(min_length=1)
-
-
-class JoinWhile(Strict):
-    """Arrive uniformly in [start_s, end_s] after the first token of group `group`, while it runs."""
-    kind: Literal["join_while"]
-    group: str
-    start_s: float = Field(0.0, ge=0)
-    end_s: float = Field(1.0, gt=0)
-
-
-Arrival = Annotated[Union[AtOnce, Uniform, Poisson, Offsets, JoinWhile], Field(discriminator="kind")]
 
 
 # ---- network (Toxiproxy toxics, live; latency and bandwidth are modelled in simulation) ----
