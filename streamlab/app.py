@@ -11,16 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import json
 import logging
-import os
 import time
 from pathlib import Path
 from contextlib import asynccontextmanager
 from collections.abc import Callable
 
 import anyio
-import torch
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.exceptions import HTTPException
@@ -31,8 +28,7 @@ from starlette.routing import Route
 from streamlab.access import AccessGuard
 from streamlab.config import CacheConfig, EngineConfig, ServiceConfig
 from streamlab.engine.engine import BatchEngine, FaultPlan
-from streamlab.errors import (InvalidRequest, ModelNotFound, NotAllowed, Overloaded, RequestError, RequestTooLarge,
-                              http_status)
+from streamlab.errors import InvalidRequest, ModelNotFound, Overloaded, RequestError, RequestTooLarge, http_status
 from streamlab.hub import Hub
 from streamlab.streams import StreamEvent
 from streamlab.metrics import Metrics
@@ -40,9 +36,10 @@ from streamlab.models import LoadedModel, load_model
 from streamlab.openai_api import (ChatCompletionRequest, ChunkWriter, CompletionRequest, chat_prompt, error_object,
                                   error_payload, full_response, models_list)
 from streamlab.responses import HubStreamingResponse, WriteOnlyStreamingResponse, openai_body, sse_body
+from streamlab.lab_routes import lab_routes
+from streamlab.operator_routes import operator_routes
 from streamlab.request_body import error_response, parse_body, read_json, read_request
 from streamlab.sampling import SamplingParams
-from streamlab.sse import encode_event
 
 log = logging.getLogger("streamlab.app")
 PAGE = Path(__file__).resolve().parent / "assets" / "page.html"
@@ -179,79 +176,6 @@ def create_app(config: ServiceConfig = ServiceConfig(), loaded: LoadedModel | No
         """A page that streams with the browser's EventSource and shows /stats (assets/page.html)."""
         return HTMLResponse(page_html)
 
-    async def stats(request: Request) -> Response:
-        return JSONResponse(request.state.hub.stats())
-
-    async def healthz(request: Request) -> Response:
-        hub: Hub = request.state.hub
-        ok = hub.failure is None
-        # degraded: some steps failed and their requests got errors, but the engine goes on.
-        status = "failed" if not ok else "degraded" if hub.engine.step_errors else "ok"
-        return JSONResponse({"status": status, "draining": hub.draining, "engine_step_errors": hub.engine.step_errors,
-                             "last_engine_error": hub.engine.last_step_error,
-                             "failure": hub.failure_traceback.splitlines()[-1] if hub.failure_traceback else None},
-                            status_code=200 if ok else 503)
-
-    async def metrics(request: Request) -> Response:
-        return Response(request.state.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
-
-    async def invariants(request: Request) -> Response:
-        hub: Hub = request.state.hub
-        return JSONResponse({"violations": hub.engine.check_invariants()})
-
-    async def releases(request: Request) -> Response:
-        hub: Hub = request.state.hub
-        return JSONResponse({"releases": [vars(r) for r in list(hub.releases)],
-                             "closed_streams": [{"request_id": rid, "reason": why, "max_queued_events": peak}
-                                                for rid, why, peak in list(hub.closed_streams)],
-                             "ledger_problems_when_idle": hub.engine.check_released()})
-
-    async def sizes(request: Request) -> Response:
-        """What a long-running server holds: per-stream collections, event loop tasks, memory, fds."""
-        hub: Hub = request.state.hub
-        return JSONResponse({**hub.sizes(), "loop_tasks": len(asyncio.all_tasks()), **process_usage()})
-
-    async def steps(request: Request) -> Response:
-        """The step thread's recent steps: when each began, how long it took, what it did."""
-        hub: Hub = request.state.hub
-        return JSONResponse({"steps": [r._asdict() for r in list(hub.step_log)]})
-
-    async def engine_speed_route(request: Request) -> Response:
-        """The engine's decode step alone, now (a fresh engine of this server's model, attention and
-        lab slowdown, on a worker thread), each burst paired with transformers' own GPT-2 step on
-        the same weights: the harness's drift check compares their ratio with its profile's."""
-        from streamlab.bench_step import engine_speed
-
-        slowdown = FaultPlan(step_slowdown=config.lab_step_slowdown) if config.lab_step_slowdown != 1 else None
-        loaded: LoadedModel = request.state.model
-        speed = await anyio.to_thread.run_sync(engine_speed, loaded, config.engine.decode_attention, slowdown)
-        return JSONResponse({**speed, "clock": "thread CPU time"})
-
-    async def config_route(request: Request) -> Response:
-        """The configuration this server parsed (the harness checks it equals the simulation's)."""
-        shown = dataclasses.replace(config, api_key="(set)" if config.api_key else "")  # never the key itself
-        return JSONResponse(json.loads(json.dumps(dataclasses.asdict(shown), default=str)))
-
-    async def lab_flood(request: Request) -> Response:
-        """Lab: write events of `event_bytes` as fast as possible to a client that does not read;
-        note how many bytes were accepted before a write blocked (the chapter's buffer figure)."""
-        if not config.lab:
-            raise NotAllowed("/lab routes need --lab")
-        try:
-            size = int(request.query_params.get("event_bytes", "1024"))
-        except ValueError:
-            raise InvalidRequest("event_bytes: an integer") from None
-        if not 9 <= size <= 1024 * 1024:
-            raise InvalidRequest("event_bytes: between 9 and 1048576")
-        return FloodResponse(size, request.query_params.get("id", "flood"), request.state.lab_results)
-
-    async def lab_flood_result(request: Request) -> Response:
-        if not config.lab:
-            raise NotAllowed("/lab routes need --lab")
-        key = request.query_params.get("id", "flood")
-        results = request.state.lab_results
-        return JSONResponse({"id": key, "accepted_bytes": results.get(key)}, status_code=200 if key in results else 404)
-
     def refuse(request: Request, error_type: str, message: str, status: int, headers: dict | None = None,
                param: str | None = None) -> Response:
         """Our error envelope, or OpenAI's error object on the OpenAI routes; the same status either way."""
@@ -278,36 +202,13 @@ def create_app(config: ServiceConfig = ServiceConfig(), loaded: LoadedModel | No
         Route("/v1/completions", completions, methods=["POST"]),
         Route("/v1/chat/completions", chat_completions, methods=["POST"]),
         Route("/v1/models", models, methods=["GET"]),
-        Route("/stats", stats, methods=["GET"]),
-        Route("/healthz", healthz, methods=["GET"]),
-        Route("/metrics", metrics, methods=["GET"]),
-        Route("/debug/invariants", invariants, methods=["GET"]),
-        Route("/debug/releases", releases, methods=["GET"]),
-        Route("/debug/steps", steps, methods=["GET"]),
-        Route("/debug/config", config_route, methods=["GET"]),
-        Route("/debug/engine-speed", engine_speed_route, methods=["GET"]),
-        Route("/debug/sizes", sizes, methods=["GET"]),
-        Route("/lab/flood", lab_flood, methods=["GET"]),
-        Route("/lab/flood-result", lab_flood_result, methods=["GET"]),
+        *operator_routes(config),  # /stats, /healthz, /metrics, /debug/* (streamlab/access.py says where)
+        *lab_routes(config),  # /lab/*, only with --lab
     ]
     return Starlette(routes=routes, lifespan=lifespan, exception_handlers={
         RequestError: on_request_error, HTTPException: on_http_error, Exception: on_unexpected},
         middleware=[Middleware(AccessGuard, api_key=config.api_key, debug=config.debug,
                                admin_port=config.admin_port, max_headers=config.max_headers)])
-
-
-def process_usage() -> dict[str, int]:
-    """This process's resident memory and open file descriptors (Linux /proc; absent elsewhere), and
-    the torch threads its steps use."""
-    out: dict[str, int] = {}
-    try:
-        with open("/proc/self/statm") as f:
-            out["rss_bytes"] = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-        out["open_fds"] = len(os.listdir("/proc/self/fd"))
-    except OSError:
-        pass
-    out["torch_threads"] = torch.get_num_threads()  # intra-op threads the steps use (OMP_NUM_THREADS)
-    return out
 
 
 def warm_up(loaded: LoadedModel, like: EngineConfig = EngineConfig()) -> None:
@@ -326,37 +227,6 @@ def warm_up(loaded: LoadedModel, like: EngineConfig = EngineConfig()) -> None:
         if not engine.has_work():
             break
         engine.step()
-
-
-class FloodResponse(Response):
-    BLOCKED_S = 0.05  # a write that takes this long was waiting for the socket to drain
-    LIMIT_BYTES = 64 * 1024 * 1024
-
-    def __init__(self, event_bytes: int, key: str, results: dict) -> None:
-        # No Response.__init__: it would declare content-length 0 and the body would go nowhere.
-        self.raw_headers = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
-        self.background = None
-        self.event = encode_event("x" * (event_bytes - 8))  # "data: " + payload + "\n\n"
-        self.key, self.results = key, results
-
-    async def __call__(self, scope, receive, send) -> None:
-        await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
-        accepted = 0
-        pending = None
-        while accepted < self.LIMIT_BYTES:
-            pending = asyncio.ensure_future(send({"type": "http.response.body", "body": self.event, "more_body": True}))
-            done, _ = await asyncio.wait({pending}, timeout=self.BLOCKED_S)
-            if not done:
-                break  # this write is waiting for a reader that never comes
-            accepted += len(self.event)
-        self.results[self.key] = accepted
-        try:
-            await asyncio.wait_for(receive(), 10)  # until the client goes
-        except asyncio.TimeoutError:
-            pass
-        finally:
-            if pending is not None and not pending.done():
-                pending.cancel()
 
 
 async def _collect(hub: Hub, stream) -> list:
