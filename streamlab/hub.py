@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import json
 import math
 import logging
 import threading
@@ -29,9 +28,10 @@ from streamlab.engine.engine import BatchEngine, StepOutput
 from streamlab.engine.sequence import FinishReason
 from streamlab.config import ResumeConfig
 from streamlab.deadline import StepCostModel, predict_ttft_s
-from streamlab.errors import DeadlineUnmeetable, Overloaded, ResumeGap, ShuttingDown, StreamGone, StreamNotFound
+from streamlab.errors import DeadlineUnmeetable, Overloaded, ShuttingDown
 from streamlab.policies import Action, BackpressureConfig, Policy, admits, backpressure
 from streamlab.sampling import SamplingParams
+from streamlab.resumption import Resumption
 from streamlab.step_clock import Clock, StepClock, Wait, WallStepClock
 from streamlab.streams import ReleaseRecord, StepRecord, Stream, StreamEvent
 
@@ -51,7 +51,7 @@ class Hub:
         self.admission = admission  # "waiting-limit", or "deadline": requests with a deadline pass the gate
         self.step_costs = StepCostModel()  # fed by every step, read by the deadline gate
         self.resume = resume
-        self._ended: dict[str, str] = {}  # request id -> why it can no longer be resumed (bounded, oldest first)
+        self.resumption = Resumption(resume, engine.config.history)
         # The naive policy waits for readers after each step; it keeps per-step delivery.
         self.early_first_token = first_token == "prefill" and backpressure_cfg.policy is not Policy.NAIVE
         self.cfg = backpressure_cfg
@@ -193,7 +193,7 @@ class Hub:
             if stream.queue:
                 event = stream.queue.popleft()
                 stream.taken.set()
-                self._keep(stream, event)
+                self.resumption.keep(stream, event)
                 if event.kind in ("done", "error"):
                     stream.end_taken = True
                     yield event
@@ -213,37 +213,10 @@ class Hub:
 
     # ---- resumption (event loop thread) ----
 
-    def _keep(self, stream: Stream, event: StreamEvent) -> None:
-        """An event taken by a reader stays replayable, within the buffer's events and bytes."""
-        if not self.resume.on:
-            return
-        event.size = len(json.dumps(event.payload))
-        stream.sent.append(event)
-        stream.sent_bytes += event.size
-        while len(stream.sent) > self.resume.buffer_events or stream.sent_bytes > self.resume.buffer_bytes:
-            stream.sent_bytes -= stream.sent.popleft().size
-
     def attach(self, last_event_id: str) -> tuple[Stream, list[StreamEvent]]:
         """A reconnect with Last-Event-ID "<request id>:<n>": the stream and the events after n that
         were already taken; its own queue follows. Refused (a RequestError) before the first byte."""
-        rid, _, n = last_event_id.strip().rpartition(":")
-        if not self.resume.on:
-            raise StreamNotFound("this server does not resume streams (--resume-window 0)")
-        if not rid or not n.isdigit():
-            raise StreamNotFound(f"Last-Event-ID {last_event_id[:80]!r} is not '<request id>:<event number>'")
-        stream = self._streams.get(rid)
-        if stream is None:
-            if rid in self._ended:
-                raise StreamGone(f"stream {rid} can no longer be resumed: {self._ended[rid]}")
-            raise StreamNotFound(f"no stream {rid} on this server")
-        after = int(n)
-        taken = stream.next_id - 1 - len(stream.queue)  # events handed to some connection so far
-        if after > taken:
-            raise StreamNotFound(f"stream {rid} never sent event {after}")
-        replay = [e for e in stream.sent if e.id > after]
-        if after < taken and (not replay or replay[0].id != after + 1):
-            raise ResumeGap(f"stream {rid} no longer keeps the events after {after} (the buffer holds "
-                            f"{self.resume.buffer_events} events or {self.resume.buffer_bytes} bytes)")
+        stream, replay = self.resumption.find(self._streams, last_event_id)
         stream.attachment += 1  # a connection still attached stops at its next event
         stream.detached_since = None
         self._written(stream)  # the old connection's write no longer counts against the client
@@ -279,10 +252,7 @@ class Hub:
         if stream.expiry is not None:
             stream.expiry.cancel()
             stream.expiry = None
-        if self.resume.on:
-            self._ended[stream.request_id] = "it completed and was read" if stream.end_taken else f"closed: {reason}"
-            if len(self._ended) > self.engine.config.history:  # so a late resume gets 410, not 404
-                del self._ended[next(iter(self._ended))]
+        self.resumption.ended(stream, reason)
         if not stream.finished:
             self.engine.cancel(stream.request_id, closed_at=self.clock())
             self.cancellations[reason] = self.cancellations.get(reason, 0) + 1
@@ -500,7 +470,7 @@ class Hub:
 
     def sizes(self) -> dict[str, int]:
         """Every per-stream collection the hub and engine keep (a soak samples them)."""
-        return {"streams": len(self._streams), "ended_remembered": len(self._ended), "releases": len(self.releases),
+        return {"streams": len(self._streams), "ended_remembered": len(self.resumption.ended_streams), "releases": len(self.releases),
                 "release_delays": len(self.release_delays_s), "closed_streams": len(self.closed_streams),
                 "step_log": len(self.step_log), "cancellation_kinds": len(self.cancellations),
                 **self.engine.sizes()}
