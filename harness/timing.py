@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from harness.trace import Trace, holds_nothing, metric_values, outcomes, percentile
@@ -232,41 +232,45 @@ def timing_ratio(live: Trace, sim: Trace, group: str, metric: str) -> float | No
     return lv / sv if lv and sv else None
 
 
-def parity_rows(scenario: "Scenario", live: Trace, sim: Trace, again: Trace | None = None,
-                sim_again: Trace | None = None) -> list[dict]:
+def parity_rows(scenario: "Scenario", live: Trace, sim: "Trace | Paced", again: Trace | None = None,
+                sim_again: "Trace | Paced | None" = None) -> list[dict]:
     """One row per group and timing metric: the simulated and live p50 and their ratio, in bounds or
-    not. With a second live run, the ratio judged is the better of the two (AGAIN), each against its
-    own simulation (`sim_again`, at that run's pace; `sim` where none is given)."""
+    not, each group against its own simulation (Paced: at the pace the live server stepped while
+    that group ran). With a second live run, the ratio judged is the better of the two (AGAIN), each
+    against its own simulation (`sim_again`, at that run's pace; `sim` where none is given)."""
     rows = []
-    pairs = [(live, sim)] + ([(again, sim_again or sim)] if again is not None else [])
-    for group in dict.fromkeys(s.group for s in sim.streams):
+    first = _paced(sim)
+    pairs = [(live, first)] + ([(again, _paced(sim_again or sim))] if again is not None else [])
+    for group in dict.fromkeys(s.group for s in first.sim.streams):
         for metric, lo, hi in timing_tolerance(scenario, group):
-            ratios = [r for t, st in pairs if (r := timing_ratio(t, st, group, metric))]
+            ratios = [r for t, st in pairs if (r := timing_ratio(t, st.for_group(group), group, metric))]
             if not ratios:
                 continue
             ratio = better(ratios, lo, hi)
             rows.append({"scenario": scenario.name, "group": group, "metric": metric,
-                         "sim_s": p50(sim, group, metric), "live_s": p50(live, group, metric),
+                         "sim_s": p50(first.for_group(group), group, metric), "live_s": p50(live, group, metric),
                          "ratio": ratio, "ratios": ratios, "low": lo, "high": hi, "ok": lo <= ratio <= hi})
     return rows
 
 
-def parity(scenario: "Scenario", live: Trace, sim: Trace, judge_timing: bool = True,
-           again: Trace | None = None, sim_again: Trace | None = None) -> CheckResult:
+def parity(scenario: "Scenario", live: Trace, sim: "Trace | Paced", judge_timing: bool = True,
+           again: Trace | None = None, sim_again: "Trace | Paced | None" = None) -> CheckResult:
     """Live and simulation agree on outcomes, token ids and releases exactly, and on each group's
     TTFT and completion p50 within a ratio (the scenario may widen it for some groups, with a reason).
     With `again` (a second live run, made when the first was out of bounds on timing only), each
     ratio is judged on the better of the two runs (AGAIN)."""
+    paced, paced_again = _paced(sim), (_paced(sim_again) if sim_again is not None else None)
+    sim = paced.sim
     problems, ratios = [], []
     wider = scenario.expect.parity
     varying = set(scenario.expect.outcomes_vary.groups) if scenario.expect.outcomes_vary else set()
     for name in dict.fromkeys(s.group for s in sim.streams):
-        got_live, got_sim = outcomes(live.group(name)), outcomes(sim.group(name))
+        got_live, got_sim = outcomes(live.group(name)), outcomes(paced.for_group(name).group(name))
         if got_live != got_sim and name in varying:
             ratios.append(f"{name} outcomes live {got_live}, sim {got_sim} (decided by timing)")
         elif got_live != got_sim:
             problems.append(f"{name}: live {got_live}, sim {got_sim}")
-    for row in parity_rows(scenario, live, sim, again, sim_again):
+    for row in parity_rows(scenario, live, paced, again, paced_again):
         runs = f" (two live runs: {row['ratios'][0]:.2f}x, {row['ratios'][1]:.2f}x)" if len(row["ratios"]) > 1 else ""
         ratios.append(f"{row['group']} {row['metric']} {row['ratio']:.2f}x{runs}")
         if not row["ok"]:
@@ -286,7 +290,7 @@ def parity(scenario: "Scenario", live: Trace, sim: Trace, judge_timing: bool = T
     bound = (f"same outcomes, token ids, releases and leaks; p50 live/sim completion in "
              f"[{PARITY_COMPLETION[0]:g}, {PARITY_COMPLETION[1]:g}], TTFT in [{PARITY_TTFT[0]:g}, {PARITY_TTFT[1]:g}]"
              f"{' (better of two live runs)' if again is not None else ''}; simulated under this session's profile"
-             f"{''.join('; ' + n for t in (sim, sim_again) if t is not None for n in t.notes if n.startswith(PACED))}")
+             f"{''.join('; ' + n for p in (paced, paced_again) if p is not None for n in p.notes)}")
     if wider:
         bound += f"; wider for {', '.join(wider.groups) or 'every group'}: {wider.reason}"
     return CheckResult("parity", not problems, "; ".join(ratios) or "no timings", bound, problems)
@@ -320,15 +324,19 @@ PACE_OUTLIER = 2.0
 PACED = "paced"  # how a paced simulation's note begins
 
 
-def step_pace(trace: Trace, profile: "StepCostProfile") -> tuple[float, int] | None:
+def step_pace(trace: Trace, profile: "StepCostProfile",
+              window: tuple[float, float] | None = None) -> tuple[float, int] | None:
     """The trace's busy step periods (the next step began within BUSY_GAP_S of this one's end) over
-    what `profile` says the same steps cost (engine and serving terms), and how many steps that is.
-    A step over PACE_OUTLIER x the run's median is left out: the machine's pace moves every step,
-    and such a step is one the cost model does not represent."""
+    what `profile` says the same steps cost (engine and serving terms), and how many steps that is;
+    with `window`, only the steps that began in it. A step over PACE_OUTLIER x the run's median is
+    left out: the machine's pace moves every step, and such a step is one the cost model does not
+    represent."""
     periods, costs = [], []
     for a, b in zip(trace.steps, trace.steps[1:]):
         period = b["began"] - a["began"]
         if period <= 0 or period - a["seconds"] >= BUSY_GAP_S:
+            continue
+        if window is not None and not window[0] <= a["began"] <= window[1]:
             continue
         periods.append(period)
         costs.append(profile.logged_cost(a))
@@ -339,13 +347,48 @@ def step_pace(trace: Trace, profile: "StepCostProfile") -> tuple[float, int] | N
     return sum(p for p, _ in kept) / sum(c for _, c in kept), len(kept)
 
 
-def pace(live: Trace, sim: Trace, profile: "StepCostProfile") -> float | None:
+def group_window(trace: Trace, group: str) -> tuple[float, float] | None:
+    """From the group's first request sent to its last stream's end, on the trace's clock."""
+    streams = trace.group(group)
+    sent = [s.sent_at for s in streams if s.sent_at is not None]
+    stopped = [s.stopped_at for s in streams if s.stopped_at is not None]
+    return (min(sent), max(stopped)) if sent and stopped else None
+
+
+def pace(live: Trace, sim: Trace, profile: "StepCostProfile", group: str | None = None) -> float | None:
     """How much slower (above 1) the live server stepped than its simulation under `profile`, on the
     same measure: each trace's busy periods over the profile's cost of its own steps. The
     simulation's own figure (1.0 but for rounding) cancels what is the model's, not the server's.
-    None where either has too few steps (another server has no step log)."""
+    With `group`, only while that group ran in each trace (its own window), where that window holds
+    enough busy steps; otherwise the whole run. None where either has too few steps (another
+    server has no step log)."""
+    if group is not None:
+        windows = group_window(live, group), group_window(sim, group)
+        if all(windows):
+            a, b = step_pace(live, profile, windows[0]), step_pace(sim, profile, windows[1])
+            if a and b:
+                return a[0] / b[0]
     a, b = step_pace(live, profile), step_pace(sim, profile)
     return a[0] / b[0] if a and b else None
+
+
+@dataclass
+class Paced:
+    """Parity's simulation for each group: the scenario simulated again at the pace the live server
+    stepped while that group ran, where that pace moved past MOVED; otherwise `sim`."""
+    sim: Trace
+    by_group: dict[str, Trace] = field(default_factory=dict)
+
+    def for_group(self, group: str) -> Trace:
+        return self.by_group.get(group, self.sim)
+
+    @property
+    def notes(self) -> list[str]:
+        return list(dict.fromkeys(n for t in self.by_group.values() for n in t.notes if n.startswith(PACED)))
+
+
+def _paced(sim: "Trace | Paced") -> Paced:
+    return sim if isinstance(sim, Paced) else Paced(sim)
 
 
 def moved(k: float | None) -> bool:

@@ -293,3 +293,25 @@ def test_a_slowdown_written_into_the_engines_step_fails_live_drift(tmp_path, mon
     monkeypatch.setenv("PYTHONPATH", f"{tmp_path}:{sys.path[0]}")
     drift = _live_drift(ctx())
     assert drift.passed is False, drift.line()
+
+
+def test_each_group_is_paced_by_the_steps_made_while_it_ran():
+    """A server that stepped at the profile's pace while the healthy readers ran and 1.8x slower
+    afterwards, through the slow reader's long tail (what a 0.5 quota did in CI): the healthy
+    group's pace is its own window's, not the run's."""
+    scenario = load_by_name("slow_reader_pause_1")
+    sim = runner.simulate(scenario)[0]
+    profile = SimBackend().profile(scenario.server.model)
+    _, healthy_end = timing.group_window(sim, "healthy")
+    live = _mode(copy.deepcopy(sim))
+    shift = 0.0
+    for a, b in zip(live.steps, live.steps[1:] + [None]):
+        a["began"] += shift
+        if a["began"] > healthy_end:  # after the healthy readers: every step 1.8x as long
+            extra = 0.8 * ((b["began"] + shift - a["began"]) if b else a["seconds"])
+            a["seconds"] *= 1.8
+            shift += extra
+    assert timing.pace(live, sim, profile, "healthy") == pytest.approx(1.0, abs=0.05)
+    whole = timing.pace(live, sim, profile)
+    assert whole is not None and timing.moved(whole)
+    assert timing.pace(live, sim, profile, "slow") == pytest.approx(whole, rel=0.05)
