@@ -483,7 +483,8 @@ def judge(scenario: "Scenario", trace: Trace, latency_traces: dict[str, Trace], 
     out = [drift(trace, second)]
     if scenario.expect.latency:
         out.append(latency(scenario, trace, latency_traces, again))
-    out.append(regression(trace, committed, sim, second))
+    if trace.target is None:  # the committed baselines are the scenario's own server's, not a target's
+        out.append(regression(trace, committed, sim, second))
     if sim is not None:
         out.append(parity(scenario, trace, paced[0] or sim, judge_parity_timing, second, paced[1] or sim))
     return out

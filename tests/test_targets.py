@@ -175,8 +175,8 @@ def test_transformers_serve_through_toxiproxy(name):
     findings = FINDINGS.get(("transformers-serve", name), {})
     got = {c.name: c for c in outcome.checks}
     for check in outcome.checks:
-        if not check.observed:
-            assert check.name in unobservable(PROFILES["transformers-serve"]), check.line()
+        if not check.observed:  # the profile cannot show it, or the run gave it nothing to compare
+            assert check.name in unobservable(PROFILES["transformers-serve"]) or check.compared == 0, check.line()
         elif check.name in findings:
             assert not check.passed, f"{check.name} held on the peer; the finding {findings[check.name]!r} is stale"
         else:
