@@ -87,30 +87,24 @@ class References:
 
     def at_the_pace(self, scenario: Scenario, live: Trace, sim: Trace | None,
                     backend: SimBackend) -> timing.Paced | None:
-        """The simulation each group's parity is judged against, at the pace the live server
-        stepped while that group ran (harness.timing.pace: its busy steps against the profile, over
-        the simulation's on the same measure, in the group's own window): where that moved past
-        timing.MOVED, the scenario simulated again with the profile's step terms scaled by it. A
-        whole-run pace misjudged a group that ran while the server stepped at another speed: under
-        a 0.5 quota slow_reader_pause_1's run paced 1.80x, set by the slow reader's long tail, and
-        its healthy readers, done in the first 0.4 s, read 0.68x. A request's own terms stay: the
-        pace does not measure them, and in bad_requests the steps ran 1.4x slow while first tokens
-        came sooner than simulated. None where no group's pace moved, or it cannot be read."""
+        """The simulation a live run's parity is judged against at the pace its server ran
+        (harness.timing.run_pace: its busy steps against the profile, over the simulation's on the
+        same measure, the whole run's or a group's window's, whichever moved least): where that
+        moved past timing.MOVED, the scenario simulated again with the profile's step terms scaled
+        by it. A request's own terms stay: the pace does not measure them, and in bad_requests the
+        steps ran 1.4x slow while first tokens came sooner than simulated. None where the pace did
+        not move, or cannot be read."""
         if sim is None:
             return None
         profile = backend.profile(scenario.server.model)
-        groups_at: dict[float, list[str]] = {}
-        for group in dict.fromkeys(g.name for g in scenario.groups):
-            k = timing.pace(live, sim, profile, group)
-            if timing.moved(k):
-                groups_at.setdefault(round(k, 2), []).append(group)  # groups at one pace share a simulation
-        by_group: dict[str, Trace] = {}
-        for k, groups in groups_at.items():
-            paced = self.run(scenario, SimBackend(profile.steps_scaled(k)))
-            paced.notes.append(f"{timing.PACED}: the live run's steps took {k:.2f}x what the profile says while "
-                               f"{', '.join(groups)} ran; simulated again with its step terms x{k:.2f}")
-            by_group |= dict.fromkeys(groups, paced)
-        return timing.Paced(sim, by_group) if by_group else None
+        groups = list(dict.fromkeys(g.name for g in scenario.groups))
+        k = timing.run_pace(live, sim, profile, groups)
+        if not timing.moved(k):
+            return None
+        paced = self.run(scenario, SimBackend(profile.steps_scaled(k)))
+        paced.notes.append(f"{timing.PACED}: the live run's steps took {k:.2f}x what the profile says; "
+                           f"simulated again with its step terms x{k:.2f}")
+        return timing.Paced(sim, dict.fromkeys(groups, paced))
 
 
 def _alone(loaded: LoadedModel, pc: PlannedClient, needed: int, table) -> list[int]:

@@ -359,17 +359,24 @@ def pace(live: Trace, sim: Trace, profile: "StepCostProfile", group: str | None 
     """How much slower (above 1) the live server stepped than its simulation under `profile`, on the
     same measure: each trace's busy periods over the profile's cost of its own steps. The
     simulation's own figure (1.0 but for rounding) cancels what is the model's, not the server's.
-    With `group`, only while that group ran in each trace (its own window), where that window holds
-    enough busy steps; otherwise the whole run. None where either has too few steps (another
-    server has no step log)."""
-    if group is not None:
-        windows = group_window(live, group), group_window(sim, group)
-        if all(windows):
-            a, b = step_pace(live, profile, windows[0]), step_pace(sim, profile, windows[1])
-            if a and b:
-                return a[0] / b[0]
-    a, b = step_pace(live, profile), step_pace(sim, profile)
+    With `group`, only while that group ran in each trace (its own window). None where either has
+    too few steps (another server has no step log, or the window is short)."""
+    windows = (group_window(live, group), group_window(sim, group)) if group is not None else (None, None)
+    if group is not None and not all(windows):
+        return None
+    a, b = step_pace(live, profile, windows[0]), step_pace(sim, profile, windows[1])
     return a[0] / b[0] if a and b else None
+
+
+def run_pace(live: Trace, sim: Trace, profile: "StepCostProfile", groups: list[str]) -> float | None:
+    """The machine's pace in a live run: of the whole run's pace and each group's (its own
+    window), the one nearest 1. A slower machine slows every window alike, while what the model
+    does not represent only adds to some: a slow reader's long tail set a whole run's pace to
+    1.80x under a 0.5 quota where its healthy readers, done in the first 0.4 s, then read 0.68x;
+    and at full speed the healthy readers' own window read 1.39x beside a slow reader's large
+    writes where the whole run did not move, and paced by it they read 0.49-0.67x."""
+    found = [k for k in [pace(live, sim, profile)] + [pace(live, sim, profile, g) for g in groups] if k]
+    return min(found, key=lambda k: abs(math.log(k))) if found else None
 
 
 @dataclass
