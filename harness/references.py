@@ -86,7 +86,7 @@ class References:
         return baselines
 
     def at_the_pace(self, scenario: Scenario, live: Trace, sim: Trace | None,
-                    backend: SimBackend) -> timing.Paced | None:
+                    backend: SimBackend) -> Trace | None:
         """The simulation a live run's parity is judged against at the pace its server ran
         (harness.timing.run_pace: its busy steps against the profile, over the simulation's on the
         same measure, the whole run's or a group's window's, whichever moved least): where that
@@ -104,7 +104,7 @@ class References:
         paced = self.run(scenario, SimBackend(profile.steps_scaled(k)))
         paced.notes.append(f"{timing.PACED}: the live run's steps took {k:.2f}x what the profile says; "
                            f"simulated again with its step terms x{k:.2f}")
-        return timing.Paced(sim, dict.fromkeys(groups, paced))
+        return paced
 
 
 def _alone(loaded: LoadedModel, pc: PlannedClient, needed: int, table) -> list[int]:

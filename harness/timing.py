@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from harness.trace import Trace, holds_nothing, metric_values, outcomes, percentile
@@ -80,7 +80,6 @@ PARITY_TTFT = (0.6, 1.6)
 # between readings seconds apart, and a 1.5x slowdown written into the engine read 1.24x in CI.
 # DRIFT 1.25: over the spread measured (docs/HARNESS.md) and under the 1.5x slowdown it must catch.
 DRIFT = 1.25
-DRIFT_MIN_STEPS = 5  # fewer timed steps are not a measurement
 
 
 def better(values: list[float], low: float = 0.0, high: float = 1.0) -> float:
@@ -232,45 +231,41 @@ def timing_ratio(live: Trace, sim: Trace, group: str, metric: str) -> float | No
     return lv / sv if lv and sv else None
 
 
-def parity_rows(scenario: "Scenario", live: Trace, sim: "Trace | Paced", again: Trace | None = None,
-                sim_again: "Trace | Paced | None" = None) -> list[dict]:
+def parity_rows(scenario: "Scenario", live: Trace, sim: Trace, again: Trace | None = None,
+                sim_again: Trace | None = None) -> list[dict]:
     """One row per group and timing metric: the simulated and live p50 and their ratio, in bounds or
-    not, each group against its own simulation (Paced: at the pace the live server stepped while
-    that group ran). With a second live run, the ratio judged is the better of the two (AGAIN), each
-    against its own simulation (`sim_again`, at that run's pace; `sim` where none is given)."""
+    not. With a second live run, the ratio judged is the better of the two (AGAIN), each against its
+    own simulation (`sim_again`, at that run's pace; `sim` where none is given)."""
     rows = []
-    first = _paced(sim)
-    pairs = [(live, first)] + ([(again, _paced(sim_again or sim))] if again is not None else [])
-    for group in dict.fromkeys(s.group for s in first.sim.streams):
+    pairs = [(live, sim)] + ([(again, sim_again or sim)] if again is not None else [])
+    for group in dict.fromkeys(s.group for s in sim.streams):
         for metric, lo, hi in timing_tolerance(scenario, group):
-            ratios = [r for t, st in pairs if (r := timing_ratio(t, st.for_group(group), group, metric))]
+            ratios = [r for t, st in pairs if (r := timing_ratio(t, st, group, metric))]
             if not ratios:
                 continue
             ratio = better(ratios, lo, hi)
             rows.append({"scenario": scenario.name, "group": group, "metric": metric,
-                         "sim_s": p50(first.for_group(group), group, metric), "live_s": p50(live, group, metric),
+                         "sim_s": p50(sim, group, metric), "live_s": p50(live, group, metric),
                          "ratio": ratio, "ratios": ratios, "low": lo, "high": hi, "ok": lo <= ratio <= hi})
     return rows
 
 
-def parity(scenario: "Scenario", live: Trace, sim: "Trace | Paced", judge_timing: bool = True,
-           again: Trace | None = None, sim_again: "Trace | Paced | None" = None) -> CheckResult:
+def parity(scenario: "Scenario", live: Trace, sim: Trace, judge_timing: bool = True,
+           again: Trace | None = None, sim_again: Trace | None = None) -> CheckResult:
     """Live and simulation agree on outcomes, token ids and releases exactly, and on each group's
     TTFT and completion p50 within a ratio (the scenario may widen it for some groups, with a reason).
     With `again` (a second live run, made when the first was out of bounds on timing only), each
     ratio is judged on the better of the two runs (AGAIN)."""
-    paced, paced_again = _paced(sim), (_paced(sim_again) if sim_again is not None else None)
-    sim = paced.sim
     problems, ratios = [], []
     wider = scenario.expect.parity
     varying = set(scenario.expect.outcomes_vary.groups) if scenario.expect.outcomes_vary else set()
     for name in dict.fromkeys(s.group for s in sim.streams):
-        got_live, got_sim = outcomes(live.group(name)), outcomes(paced.for_group(name).group(name))
+        got_live, got_sim = outcomes(live.group(name)), outcomes(sim.group(name))
         if got_live != got_sim and name in varying:
             ratios.append(f"{name} outcomes live {got_live}, sim {got_sim} (decided by timing)")
         elif got_live != got_sim:
             problems.append(f"{name}: live {got_live}, sim {got_sim}")
-    for row in parity_rows(scenario, live, paced, again, paced_again):
+    for row in parity_rows(scenario, live, sim, again, sim_again):
         runs = f" (two live runs: {row['ratios'][0]:.2f}x, {row['ratios'][1]:.2f}x)" if len(row["ratios"]) > 1 else ""
         ratios.append(f"{row['group']} {row['metric']} {row['ratio']:.2f}x{runs}")
         if not row["ok"]:
@@ -290,7 +285,7 @@ def parity(scenario: "Scenario", live: Trace, sim: "Trace | Paced", judge_timing
     bound = (f"same outcomes, token ids, releases and leaks; p50 live/sim completion in "
              f"[{PARITY_COMPLETION[0]:g}, {PARITY_COMPLETION[1]:g}], TTFT in [{PARITY_TTFT[0]:g}, {PARITY_TTFT[1]:g}]"
              f"{' (better of two live runs)' if again is not None else ''}; simulated under this session's profile"
-             f"{''.join('; ' + n for p in (paced, paced_again) if p is not None for n in p.notes)}")
+             f"{''.join('; ' + n for t in (sim, sim_again) if t is not None for n in t.notes if n.startswith(PACED))}")
     if wider:
         bound += f"; wider for {', '.join(wider.groups) or 'every group'}: {wider.reason}"
     return CheckResult("parity", not problems, "; ".join(ratios) or "no timings", bound, problems)
@@ -377,25 +372,6 @@ def run_pace(live: Trace, sim: Trace, profile: "StepCostProfile", groups: list[s
     writes where the whole run did not move, and paced by it they read 0.49-0.67x."""
     found = [k for k in [pace(live, sim, profile)] + [pace(live, sim, profile, g) for g in groups] if k]
     return min(found, key=lambda k: abs(math.log(k))) if found else None
-
-
-@dataclass
-class Paced:
-    """Parity's simulation for each group: the scenario simulated again at the pace the live server
-    stepped while that group ran, where that pace moved past MOVED; otherwise `sim`."""
-    sim: Trace
-    by_group: dict[str, Trace] = field(default_factory=dict)
-
-    def for_group(self, group: str) -> Trace:
-        return self.by_group.get(group, self.sim)
-
-    @property
-    def notes(self) -> list[str]:
-        return list(dict.fromkeys(n for t in self.by_group.values() for n in t.notes if n.startswith(PACED)))
-
-
-def _paced(sim: "Trace | Paced") -> Paced:
-    return sim if isinstance(sim, Paced) else Paced(sim)
 
 
 def moved(k: float | None) -> bool:
