@@ -90,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
         console.print(profile)
         console.print(f"wrote {profile.save()}")
         return 0
-    from harness.runner import RunContext
+    from harness.runner import RunContext, mode_refused
     from harness.targets import resolve_target
     try:
         target = None if args.target is None else resolve_target(args.target, args.target_api, args.target_model,
@@ -106,8 +106,9 @@ def main(argv: list[str] | None = None) -> int:
             console.print(f"[red]{exc}[/]")
             return 2
         mode = args.mode or ("live" if target is not None else "sim")
-        if mode not in scenario.modes:
-            console.print(f"[red]{args.file}: modes: runs in {' and '.join(scenario.modes)} mode only, not {mode}[/]")
+        refused = mode_refused(scenario, mode)
+        if refused:  # before any machine fit it would otherwise wait for
+            console.print(f"[red]{args.file}: {refused}[/]", markup=True, highlight=False)
             return 2
         if mode == "live" and args.parity_profile == "machine":
             _fit_machine_profile(console, ctx, [args.file], args.refit)

@@ -114,12 +114,20 @@ class Outcome:
         return [c.line() for c in self.checks if not c.ok]
 
 
+def mode_refused(scenario: Scenario, mode: str) -> str | None:
+    """Why a scenario does not run in this mode (its `modes`), or None."""
+    if mode in scenario.modes:
+        return None
+    return f"{scenario.name} runs in {' and '.join(scenario.modes)} mode only (its `modes`), not {mode}"
+
+
 def run_scenario(scenario: Scenario, mode: str, ctx: RunContext, progress=None) -> Outcome:
     """Run and judge one scenario in one mode ("sim" or "live"; "live" aims at the session's or
     the scenario's target). progress(done, total) is called as clients finish. A mode the file
     does not list in `modes` is refused here, for every caller."""
-    if mode not in scenario.modes:
-        raise ValueError(f"{scenario.name} runs in {' and '.join(scenario.modes)} mode only (its `modes`), not {mode}")
+    refused = mode_refused(scenario, mode)
+    if refused:
+        raise ValueError(refused)
     scenario = ctx.prepared(scenario)
     if mode == "live":
         mode = ctx.live_mode(scenario)
