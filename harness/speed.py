@@ -27,9 +27,11 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from harness.cores import server_threads, torch_threads
+from streamlab.bench_step import SPEED_BATCHES, SPEED_PROMPT_TOKENS, SPEED_STEPS, SPEED_WARMUP
 
-BATCHES = (1, 8)  # decode shapes timed: a lone stream and a small batch
-PROMPT_TOKENS, STEPS, WARMUP = 32, 12, 2
+# The shapes and bursts the drift check pairs with the engine (streamlab.bench_step.engine_speed):
+# a profile's reference_s must be read the same way.
+BATCHES, STEPS, WARMUP, PROMPT_TOKENS = SPEED_BATCHES, SPEED_STEPS, SPEED_WARMUP, SPEED_PROMPT_TOKENS
 REPEATS = 9  # bursts per shape, the median of their medians: at 5 one reading in a few moved 15%
 
 

@@ -66,7 +66,7 @@ def paged_step_ms(loaded: LoadedModel, prompts: list[list[int]], steps: int, war
 
 
 SPEED_BATCHES = (1, 8)  # the decode shapes the engine's speed is read at (harness/speed.py times its yardstick at the same)
-SPEED_STEPS = 12  # decode steps a burst times, after 2 not kept
+SPEED_STEPS, SPEED_WARMUP, SPEED_PROMPT_TOKENS = 12, 2, 32  # a burst: 12 decode steps timed after 2, 32-token prompts
 
 
 def engine_speed(loaded: LoadedModel, decode_attention: str, fault: FaultPlan | None = None,
@@ -81,7 +81,7 @@ def engine_speed(loaded: LoadedModel, decode_attention: str, fault: FaultPlan | 
     yardstick alone moved 1.0-1.6x between readings a few seconds apart while the engine beside it
     did not, and the drift check failed an unchanged engine or passed a slowed one; paired, the
     same moments read 0.95-1.00 unchanged and 1.51-1.55 slowed 1.5x (harness.timing.drift)."""
-    prompts = fixed_length_prompts(loaded, max(SPEED_BATCHES), 32)
+    prompts = fixed_length_prompts(loaded, max(SPEED_BATCHES), SPEED_PROMPT_TOKENS)
     yardstick = loaded.hf_model()
     engine: dict[int, list[float]] = {b: [] for b in SPEED_BATCHES}
     yard: dict[int, list[float]] = {b: [] for b in SPEED_BATCHES}
@@ -90,9 +90,9 @@ def engine_speed(loaded: LoadedModel, decode_attention: str, fault: FaultPlan | 
         contiguous_step_ms(yardstick, prompts[:1], 4, 2, clock=time.thread_time)
         for _ in range(repeats):  # the shapes interleaved too, so a transient hits both
             for b in SPEED_BATCHES:
-                engine[b].append(statistics.median(paged_step_ms(loaded, prompts[:b], SPEED_STEPS, 2, decode_attention,
+                engine[b].append(statistics.median(paged_step_ms(loaded, prompts[:b], SPEED_STEPS, SPEED_WARMUP, decode_attention,
                                                                  time.thread_time, fault)))
-                yard[b].append(statistics.median(contiguous_step_ms(yardstick, prompts[:b], SPEED_STEPS, 2,
+                yard[b].append(statistics.median(contiguous_step_ms(yardstick, prompts[:b], SPEED_STEPS, SPEED_WARMUP,
                                                                     clock=time.thread_time)))
     return {"decode_s": {str(b): statistics.median(v) / 1e3 for b, v in engine.items()},
             "yardstick_s": {str(b): statistics.median(v) / 1e3 for b, v in yard.items()},

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from harness.behaviours.base import READ_DEADLINE_S, BehaviourModel
+from harness.behaviours.base import BehaviourModel
 
 
 class Reader(BehaviourModel):
@@ -12,6 +12,5 @@ class Reader(BehaviourModel):
     kind: Literal["reader"]
 
     async def read(self, client, conn, how):
-        while not conn.ended:
-            client.note(await conn.read_events(1, READ_DEADLINE_S))
+        await client.read_all(conn)
         return conn
