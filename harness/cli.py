@@ -5,6 +5,7 @@ points (pyproject's `streamlab.commands`), so the service never imports the harn
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import time
@@ -59,6 +60,9 @@ def build_parser() -> argparse.ArgumentParser:
                                                 "then serving costs from live runs")
     cal.add_argument("--model", default="tiny")
     cal.add_argument("--engine-only", action="store_true", help="refit the engine terms only; keep the serving terms")
+    cal.add_argument("--pairs-only", action="store_true",
+                     help="re-read only the drift check's base (the engine's decode bursts over the yardstick's, "
+                          "reference_s.pairs); keep every term")
     return scenario
 
 
@@ -86,6 +90,13 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.scenario_command == "calibrate":
         from harness.calibrate import calibrate
+        if args.pairs_only:
+            from harness.profile import engine_pairs, load_profile
+            old = load_profile(args.model)
+            profile = dataclasses.replace(old, reference_s={**old.reference_s, "pairs": engine_pairs(args.model)})
+            console.print(f"engine over yardstick, per batch: {profile.reference_s['pairs']}")
+            console.print(f"wrote {profile.save()}")
+            return 0
         profile = calibrate(args.model, engine_only=args.engine_only, say=console.print)
         console.print(profile)
         console.print(f"wrote {profile.save()}")
@@ -261,7 +272,6 @@ def lab_parser() -> argparse.ArgumentParser:
 def lab_main(argv: list[str] | None = None) -> int:
     """`streamlab lab buffers|bytes|disconnect` (registered as a streamlab command in pyproject)."""
     import asyncio
-    import dataclasses
 
     from harness import lab
     from streamlab.report_tables import disconnect_table

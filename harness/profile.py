@@ -55,8 +55,10 @@ TERMS = {
                          "of the step thread and the event loop, the client's read): the median of a lone "
                          "request's live TTFT minus its simulated TTFT without this term",
     "reference_s": "the yardstick (harness/speed.py: transformers' own GPT-2 decode step at batch 1 and 8, "
-                   "none of our engine's code), timed beside the engine terms on the machine that made them: "
-                   "the real steps' drift is judged against it, so a slower machine is not a slower engine",
+                   "none of our engine's code), timed beside the engine terms on the machine that made them; "
+                   "`pairs`: our engine's decode burst over the yardstick's burst beside it, per batch "
+                   "(harness.profile.engine_pairs). Drift is judged as the same pairs now over these, so a "
+                   "slower machine is not a slower engine",
     "send_buffer_bytes": "bytes a client with the default receive buffer absorbs before the server's writes block",
     "server_side_buffer_bytes": "the server's share of that (`streamlab lab buffers`)",
     "read_window_bytes": "[SO_RCVBUF, bytes]: what one read returns from a receive buffer the sender keeps "
@@ -191,7 +193,28 @@ def calibrate_engine(model_name: str, repeats: int = 3) -> StepCostProfile:
         profile = _calibrate_engine(model_name, repeats)
     after = speed.measure(model_name)
     both = speed.Reading(model_name, {b: (before.decode_s[b] * after.decode_s[b]) ** 0.5 for b in before.decode_s})
-    return replace(profile, reference_s=both.as_dict())
+    return replace(profile, reference_s={**both.as_dict(), "pairs": engine_pairs(model_name)})
+
+
+PAIR_READINGS = 5  # engine_speed() readings a profile's pairs are the median of
+
+
+def engine_pairs(model_name: str, readings: int = PAIR_READINGS) -> dict[str, float]:
+    """The drift check's base: our engine's decode burst over the yardstick's burst beside it
+    (streamlab.bench_step.engine_speed, the reading the check takes at run time, read the same
+    way), per batch, the median of `readings`. Judged against this, an unchanged engine reads
+    about 1.0 on any machine. Against the profile's engine term over the yardstick's time, two
+    figures measured apart and by different loops, it read 0.76-0.93, which left a 1.5x
+    slowdown as little as 1.14x under a 1.25x bound."""
+    from streamlab.bench_step import engine_speed
+    from streamlab.config import EngineConfig
+    from streamlab.models import load_model
+
+    loaded = load_model(model_name)
+    with torch_threads(server_threads()):
+        reads = [engine_speed(loaded, EngineConfig().decode_attention)["engine_over_yardstick"]
+                 for _ in range(readings)]
+    return {b: round(statistics.median(r[b] for r in reads), 4) for b in reads[0]}
 
 
 def _calibrate_engine(model_name: str, repeats: int) -> StepCostProfile:

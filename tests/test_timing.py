@@ -43,8 +43,9 @@ def with_engine(trace, engine_over_profile: float, speed_factor: float):
     engine = {b: engine_over_profile * profile.decode_cost(int(b)) for b in then}
     yard = {b: speed_factor * then[b] for b in then}
     out = copy.deepcopy(trace)
-    out.step_timing = timing.step_timing({"decode_s": engine, "yardstick_s": yard,
-                                          "engine_over_yardstick": {b: engine[b] / yard[b] for b in then}}, profile)
+    pairs = profile.reference_s["pairs"]  # what the pairs read when the profile was made
+    out.step_timing = timing.step_timing({"decode_s": engine, "yardstick_s": yard, "engine_over_yardstick": {
+        b: engine_over_profile / speed_factor * pairs[b] for b in then}}, profile)
     return out
 
 
