@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
 from harness.cores import server_threads, torch_threads
-from streamlab.engine.engine import StepOutput
+from streamlab.engine.outputs import StepOutput
 
 PROFILES = Path(__file__).resolve().parent.parent / "scenarios" / "profiles"
 DEFAULT_SEND_BUFFER_BYTES = 262_144  # bytes a non-reading client absorbs before writes block (`lab buffers`)

@@ -22,7 +22,8 @@ import torch
 from transformers import GPT2LMHeadModel
 
 from streamlab.config import CacheConfig, EngineConfig
-from streamlab.engine.engine import BatchEngine, FaultPlan
+from streamlab.engine.engine import BatchEngine
+from streamlab.engine.faults import FaultPlan
 from streamlab.models import LoadedModel
 from streamlab.prompts import shipped_prompts
 from streamlab.sampling import SamplingParams

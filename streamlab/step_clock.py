@@ -8,7 +8,7 @@ from collections.abc import Callable
 from enum import Enum
 from typing import Protocol
 
-from streamlab.engine.engine import StepOutput
+from streamlab.engine.outputs import StepOutput
 
 Clock = Callable[[], float]
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from streamlab.config import CacheConfig
-from streamlab.engine.engine import BatchEngine, FinishEvent
+from streamlab.engine.engine import BatchEngine
+from streamlab.engine.outputs import FinishEvent
 from streamlab.model import GPT2
 from streamlab.sampling import top2_margin
 

@@ -8,7 +8,8 @@ import random
 import pytest
 
 from streamlab.config import CacheConfig, EngineConfig, ServiceConfig
-from streamlab.engine.engine import BatchEngine, FaultPlan
+from streamlab.engine.engine import BatchEngine
+from streamlab.engine.faults import FaultPlan
 from streamlab.errors import EngineBroken
 from streamlab.engine.sequence import FinishReason
 from streamlab.sampling import SamplingParams

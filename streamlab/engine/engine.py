@@ -11,18 +11,19 @@ tensors are in use, and release happens at step boundaries in one place (Schedul
 from __future__ import annotations
 
 import itertools
-import random
 import time
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
 from streamlab.config import EngineConfig
 from streamlab.deadline import QueueSnapshot
 from streamlab.engine.blocks import BlockManager
+from streamlab.engine.faults import FaultPlan, busy
 from streamlab.engine.inputs import chunk_input, decode_batch, prefill_passes
+from streamlab.engine.outputs import EngineStats, FinishEvent, StepOutput, TokenEvent
 from streamlab.engine.scheduler import ScheduledBatch, Scheduler
 from streamlab.engine.sequence import FinishReason, Sequence, SequenceStatus, StopCheck
 from streamlab.errors import (DuplicateRequest, EngineBroken, InjectedFault, InvariantViolation, RequestError,
@@ -32,76 +33,7 @@ from streamlab.model import GPT2
 from streamlab.sampling import SamplingParams, make_rng, sample
 
 
-@dataclass(frozen=True)
-class TokenEvent:
-    request_id: str
-    index: int  # 0 for the first generated token
-    token_id: int
-
-
-@dataclass(frozen=True)
-class FinishEvent:
-    request_id: str
-    reason: FinishReason
-    completion_tokens: int
-    step: int  # the step in which the sequence ended (and its blocks, if any, went back)
-    closed_at: float | None = None  # cancel(closed_at=): when its client's stream was closed, on the caller's clock
-    closed_after_step: int | None = None  # steps begun at that moment: `step` should be the next
-
-
-@dataclass(frozen=True)
-class StepOutput:
-    step: int
-    tokens: list[TokenEvent]
-    finished: list[FinishEvent]
-    prefilled: int
-    decoded: int
-    prefill_tokens: int = 0  # prompt tokens run through prefill in this step
-    decode_context: int = 0  # tokens the decoded sequences attended to, summed (a decode's cost grows with it)
-    error: str | None = None  # the step failed: its sequences ended with reason `error`
-
-
-@dataclass(frozen=True)
-class FaultPlan:
-    """Lab only: make the model raise inside step `at_step`, and/or in any step with probability
-    `rate` (a generator seeded with `seed`, so a run is repeatable); make every step busy for
-    (step_slowdown - 1) x its own CPU time more (a slower engine, for the timing gates)."""
-    at_step: int = 0
-    rate: float = 0.0
-    seed: int = 0
-    step_slowdown: float = 1.0
-
-    def rng(self) -> random.Random:
-        return random.Random(self.seed)
-
-
-def _busy(cpu_s: float) -> None:
-    """The lab's slower engine: this thread's CPU busy for cpu_s more, in torch as a step is
-    (the GIL released inside each product, as in a real step), so it costs what slower code would."""
-    a = torch.ones(32, 32)
-    until = time.thread_time() + cpu_s
-    while time.thread_time() < until:
-        torch.mm(a, a)
-
-
 MAX_CONSECUTIVE_STEP_ERRORS = 3  # this many failed steps in a row: the engine is broken, not unlucky
-
-
-@dataclass(frozen=True)
-class EngineStats:
-    blocks_total: int
-    blocks_free: int
-    blocks_reserved: int
-    waiting: int
-    running: int
-    paused: int
-    releases: int
-    double_release_attempts: int
-    steps: int
-    tokens_generated: int
-    requests_submitted: int
-    requests_finished: int
-    finished_by_reason: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -218,7 +150,7 @@ class BatchEngine:
             cpu0 = time.thread_time()
             out = self._step(on_prefill)
             if self.fault is not None and self.fault.step_slowdown > 1:
-                _busy((self.fault.step_slowdown - 1) * (time.thread_time() - cpu0))
+                busy((self.fault.step_slowdown - 1) * (time.thread_time() - cpu0))
             return out
         finally:
             self._step_lock.release()
