@@ -67,7 +67,7 @@ async def _refuse(scope, send, status: int, error_type: str, message: str,
                   headers: list[tuple[bytes, bytes]] | None = None) -> None:
     hub = (scope.get("state") or {}).get("hub")
     if hub is not None:
-        hub.counters["requests_refused"] += 1
+        hub.books.counters["requests_refused"] += 1
     body = json.dumps(error_payload(scope["path"], error_type, message, status)).encode()
     await send({"type": "http.response.start", "status": status,
                 "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),

@@ -9,6 +9,11 @@
 Every way a stream ends (finished, client gone, dropped as slow, shut down, error) calls
 close(), which is idempotent and never waits. The engine never waits for a client, except
 under the `naive` policy, kept as the negative control that shows head-of-line blocking.
+
+What a stream holds is streams.py's, the books books.py's, resumption resumption.py's and a
+step's clock step_clock.py's. What is left here (about 450 lines: admission, delivery, the
+policies' actions, close, the step loop) all reads and writes the one map of open streams
+under the one-close rule; split further, that map would be shared between modules.
 """
 
 from __future__ import annotations
@@ -20,11 +25,11 @@ import logging
 import threading
 import time
 import traceback
-from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterator
 
 from streamlab.detokenizer import TextStream, token_byte_table
-from streamlab.engine.engine import BatchEngine, StepOutput
+from streamlab.engine.engine import BatchEngine
+from streamlab.engine.outputs import StepOutput
 from streamlab.engine.sequence import FinishReason
 from streamlab.config import ResumeConfig
 from streamlab.deadline import StepCostModel, predict_ttft_s
@@ -33,7 +38,8 @@ from streamlab.policies import Action, BackpressureConfig, Policy, admits, backp
 from streamlab.sampling import SamplingParams
 from streamlab.resumption import Resumption
 from streamlab.step_clock import Clock, StepClock, Wait, WallStepClock
-from streamlab.streams import ReleaseRecord, StepRecord, Stream, StreamEvent
+from streamlab.books import HubBooks
+from streamlab.streams import StepRecord, Stream, StreamEvent
 
 log = logging.getLogger("streamlab.hub")
 
@@ -65,22 +71,11 @@ class Hub:
         self._work = threading.Event()
         self._stopping = threading.Event()
         self._ticker: asyncio.Task | None = None
-        history = engine.config.history  # per-request records kept; every one of these is bounded by it
-        self.releases: deque[ReleaseRecord] = deque(maxlen=history)
-        self.release_delays_s: deque[float] = deque(maxlen=history)
-        # Each closed stream: (request id, close reason, most events it ever had queued).
-        self.closed_streams: deque[tuple[str, str, int]] = deque(maxlen=history)
-        # The step thread's own record: (began, seconds, prefilled, decoded), for /debug/steps.
-        self.step_log: deque[StepRecord] = deque(maxlen=history)
-        self.on_release_delay: Callable[[float], None] | None = None  # metrics hook
+        self.books = HubBooks(engine.config.history)  # every count and record it keeps, bounded
         self._on_wish: Callable[[], None] | None = None  # an external driver's wake-up (wake_with)
         self.draining = False
         self.failure: BaseException | None = None
         self.failure_traceback: str | None = None
-        self.counters = {"requests_accepted": 0, "requests_refused": 0, "late_events_dropped": 0,
-                         "streams_closed": 0, "deadline_refused": 0}
-        self.cancellations: dict[str, int] = {"client_gone": 0, "slow_client": 0, "shutting_down": 0,
-                                              "internal_error": 0, "resume_expired": 0, "deadline_expired": 0}
 
     # ---- life cycle (owned by the app's lifespan) ----
 
@@ -117,7 +112,7 @@ class Hub:
                 if not self.engine.has_work():
                     break
                 out = self.engine.step()
-                self._record_releases(out, self.clock())
+                self.books.record_releases(out, self.clock())
         except Exception as exc:  # a broken engine: report it, do not hide the books behind a traceback
             problems.append(f"final drain failed: {type(exc).__name__}: {exc}")
         problems += self.engine.check_invariants() + self.engine.check_released()
@@ -151,7 +146,7 @@ class Hub:
         if gated and self.step_costs.measured():  # unmeasured: admitted, and dropped if it waits past the deadline
             predicted = predict_ttft_s(self.engine.queue_snapshot(), len(prompt_ids), self.step_costs)
             if predicted > ttft_deadline_s:
-                self.counters["deadline_refused"] += 1
+                self.books.counters["deadline_refused"] += 1
                 raise DeadlineUnmeetable(
                     f"the first token is predicted in {predicted * 1e3:.0f} ms, past the deadline of "
                     f"{ttft_deadline_s * 1e3:.0f} ms; retry later", max(1, math.ceil(predicted - ttft_deadline_s)))
@@ -163,7 +158,7 @@ class Hub:
         self.engine.submit(rid, prompt_ids, params, stop_check=text)
         self._push(stream, "start", {"id": rid, "prompt_tokens": len(prompt_ids)})
         self._streams[rid] = stream
-        self.counters["requests_accepted"] += 1
+        self.books.counters["requests_accepted"] += 1
         if gated:
             assert self._loop is not None
             self._loop.call_later(ttft_deadline_s, self._deadline_passed, stream)
@@ -188,7 +183,7 @@ class Hub:
         for event in replay:
             stream.writing_since = self.clock()
             yield event
-            self._written(stream)
+            stream.written(self.clock())
         while stream.attachment == attachment:
             if stream.queue:
                 event = stream.queue.popleft()
@@ -201,7 +196,7 @@ class Hub:
                 self._apply_backpressure(stream)
                 stream.writing_since = self.clock()
                 yield event
-                self._written(stream)
+                stream.written(self.clock())
                 continue
             if stream.closed or stream.end_taken:
                 return
@@ -219,7 +214,7 @@ class Hub:
         stream, replay = self.resumption.find(self._streams, last_event_id)
         stream.attachment += 1  # a connection still attached stops at its next event
         stream.detached_since = None
-        self._written(stream)  # the old connection's write no longer counts against the client
+        stream.written(self.clock())  # the old connection's write no longer counts against the client
         if stream.expiry is not None:
             stream.expiry.cancel()
             stream.expiry = None
@@ -255,11 +250,10 @@ class Hub:
         self.resumption.ended(stream, reason)
         if not stream.finished:
             self.engine.cancel(stream.request_id, closed_at=self.clock())
-            self.cancellations[reason] = self.cancellations.get(reason, 0) + 1
+            self.books.cancelled(reason)
             self._wake()
         self._streams.pop(stream.request_id, None)
-        self.closed_streams.append((stream.request_id, reason, stream.max_queued))
-        self.counters["streams_closed"] += 1
+        self.books.closed(stream.request_id, reason, stream.max_queued)
         stream.wakeup.set()
         stream.taken.set()
 
@@ -271,7 +265,7 @@ class Hub:
 
     def _end_with_error(self, stream: Stream, error_type: str, message: str) -> None:
         self.engine.cancel(stream.request_id, closed_at=self.clock())
-        self.cancellations[error_type] = self.cancellations.get(error_type, 0) + 1
+        self.books.cancelled(error_type)
         self._push(stream, "error", {"error": {"type": error_type, "message": message}})
         stream.finished = True
         stream.wakeup.set()
@@ -282,23 +276,12 @@ class Hub:
         if self._on_wish is not None:
             self._on_wish()
 
-    def _client_stalled_s(self, stream: Stream, now: float) -> float:
-        if stream.at_limit_since is None:
-            return 0.0
-        holding = now - max(stream.writing_since, stream.at_limit_since) if stream.writing_since is not None else 0.0
-        return stream.stalled_s + max(0.0, holding)
-
-    def _written(self, stream: Stream) -> None:
-        """The connection took the write it was handed: its time counts if the stream was at the limit."""
-        stream.stalled_s = self._client_stalled_s(stream, self.clock())
-        stream.writing_since = None
-
     def _apply_backpressure(self, stream: Stream) -> None:
         if stream.finished or stream.closed:
             return
         now = self.clock()
         decision = backpressure(self.cfg, len(stream.queue), stream.paused, stream.at_limit_since, now,
-                                self._client_stalled_s(stream, now))
+                                stream.client_stalled_s(now))
         stream.at_limit_since = decision.at_limit_since
         if decision.at_limit_since is None:
             stream.stalled_s = 0.0
@@ -329,7 +312,7 @@ class Hub:
         for tok in out.tokens:
             stream = self._streams.get(tok.request_id)
             if stream is None or stream.finished:
-                self.counters["late_events_dropped"] += 1
+                self.books.counters["late_events_dropped"] += 1
                 continue
             self._push(stream, "token", {"index": tok.index, "token_id": tok.token_id,
                                          "text": stream.text.deltas[tok.index]})
@@ -338,12 +321,12 @@ class Hub:
         for fin in out.finished:
             stream = self._streams.get(fin.request_id)
             if stream is None or stream.finished:
-                self.counters["late_events_dropped"] += 1
+                self.books.counters["late_events_dropped"] += 1
                 continue
             if fin.reason is FinishReason.CANCELLED:  # cancelled by no one the hub knows: say so
                 self._push(stream, "error", {"error": {"type": "cancelled", "message": "the request was cancelled"}})
             elif fin.reason is FinishReason.ERROR:  # its step failed; the server goes on
-                self.cancellations["internal_error"] += 1
+                self.books.cancelled("internal_error")
                 self._push(stream, "error", {"error": {"type": "internal_error",
                                                        "message": "the engine failed in the step this request was in"}})
             else:
@@ -402,7 +385,7 @@ class Hub:
         def hand_over(part: StepOutput) -> None:  # mid-step: a prefill pass's first tokens go out now
             nonlocal prefilled_early, prefill_tokens_early, events_early
             at = clock.done(part)
-            self._record_releases(part, at)
+            self.books.record_releases(part, at)
             prefilled_early += part.prefilled
             prefill_tokens_early += part.prefill_tokens
             events_early += len(part.tokens) + len(part.finished)
@@ -412,8 +395,8 @@ class Hub:
         out = self.engine.step(hand_over if self.early_first_token else None)
         cpu_s = time.thread_time() - cpu0
         end = clock.end(out)
-        self._record_releases(out, end)
-        self.step_log.append(StepRecord(began, end - began, out.prefilled + prefilled_early, out.decoded,
+        self.books.record_releases(out, end)
+        self.books.step_log.append(StepRecord(began, end - began, out.prefilled + prefilled_early, out.decoded,
                                         out.prefill_tokens + prefill_tokens_early,
                                         len(out.tokens) + len(out.finished) + events_early, out.decode_context,
                                         cpu_s))
@@ -455,25 +438,12 @@ class Hub:
         except BaseException as exc:  # a broken engine must not fail silently
             self.fail(exc)
 
-    def _record_releases(self, out: StepOutput, now: float) -> None:
-        for fin in out.finished:
-            closed_at, closed_after_step = fin.closed_at, fin.closed_after_step
-            self.releases.append(ReleaseRecord(fin.request_id, fin.reason.value, fin.completion_tokens, fin.step,
-                                               now, closed_at, closed_after_step))
-            if closed_at is not None:
-                delay = now - closed_at
-                self.release_delays_s.append(delay)
-                if self.on_release_delay is not None:
-                    self.on_release_delay(delay)
-
     # ---- inspection ----
 
     def sizes(self) -> dict[str, int]:
         """Every per-stream collection the hub and engine keep (a soak samples them)."""
-        return {"streams": len(self._streams), "ended_remembered": len(self.resumption.ended_streams), "releases": len(self.releases),
-                "release_delays": len(self.release_delays_s), "closed_streams": len(self.closed_streams),
-                "step_log": len(self.step_log), "cancellation_kinds": len(self.cancellations),
-                **self.engine.sizes()}
+        return {"streams": len(self._streams), "ended_remembered": len(self.resumption.ended_streams),
+                **self.books.sizes(), **self.engine.sizes()}
 
     def stats(self) -> dict:
         engine = self.engine.stats()
@@ -485,8 +455,8 @@ class Hub:
             "releases": engine.releases,
             "double_release_attempts": engine.double_release_attempts, "steps": engine.steps,
             "tokens_generated": engine.tokens_generated, "finished_by_reason": engine.finished_by_reason,
-            "cancellations": dict(self.cancellations), "policy": self.cfg.policy.value,
+            "cancellations": dict(self.books.cancellations), "policy": self.cfg.policy.value,
             "draining": self.draining, "healthy": self.failure is None,
             "engine_step_errors": self.engine.step_errors, "last_engine_error": self.engine.last_step_error,
-            "failure": self.failure_traceback, **self.counters,
+            "failure": self.failure_traceback, **self.books.counters,
         }

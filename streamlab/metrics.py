@@ -48,7 +48,7 @@ class Metrics:
         self.release_delay = Histogram("streamlab_release_delay_seconds",
                                        "from a stream's early close to its sequence's release",
                                        buckets=RELEASE_BUCKETS_S, registry=self.registry)
-        hub.on_release_delay = self.release_delay.observe
+        hub.books.on_release_delay = self.release_delay.observe
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

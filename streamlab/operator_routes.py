@@ -16,7 +16,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from streamlab.config import ServiceConfig
-from streamlab.engine.engine import FaultPlan
+from streamlab.engine.faults import FaultPlan
 from streamlab.hub import Hub
 from streamlab.models import LoadedModel
 
@@ -44,9 +44,9 @@ def operator_routes(config: ServiceConfig) -> list[Route]:
 
     async def releases(request: Request) -> Response:
         hub: Hub = request.state.hub
-        return JSONResponse({"releases": [vars(r) for r in list(hub.releases)],
+        return JSONResponse({"releases": [vars(r) for r in list(hub.books.releases)],
                              "closed_streams": [{"request_id": rid, "reason": why, "max_queued_events": peak}
-                                                for rid, why, peak in list(hub.closed_streams)],
+                                                for rid, why, peak in list(hub.books.closed_streams)],
                              "ledger_problems_when_idle": hub.engine.check_released()})
 
     async def sizes(request: Request) -> Response:
@@ -57,7 +57,7 @@ def operator_routes(config: ServiceConfig) -> list[Route]:
     async def steps(request: Request) -> Response:
         """The step thread's recent steps: when each began, how long it took, what it did."""
         hub: Hub = request.state.hub
-        return JSONResponse({"steps": [r._asdict() for r in list(hub.step_log)]})
+        return JSONResponse({"steps": [r._asdict() for r in list(hub.books.step_log)]})
 
     async def engine_speed_route(request: Request) -> Response:
         """The engine's decode step alone, now (a fresh engine of this server's model, attention and

@@ -72,3 +72,15 @@ class Stream:
     attachment: int = 0
     detached_since: float | None = None
     expiry: asyncio.TimerHandle | None = None
+
+    def client_stalled_s(self, now: float) -> float:
+        """The client's share of the time at the limit, up to `now` (the policy's stall timer)."""
+        if self.at_limit_since is None:
+            return 0.0
+        holding = now - max(self.writing_since, self.at_limit_since) if self.writing_since is not None else 0.0
+        return self.stalled_s + max(0.0, holding)
+
+    def written(self, now: float) -> None:
+        """The connection took the write it was handed: its time counts if the stream was at the limit."""
+        self.stalled_s = self.client_stalled_s(now)
+        self.writing_since = None

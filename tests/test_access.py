@@ -70,7 +70,7 @@ def test_a_wrong_key_is_refused_before_the_body_is_read(keyed):
         t0 = time.monotonic()
         reply = sock.recv(65536)
         assert reply.startswith(b"HTTP/1.1 401") and time.monotonic() - t0 < 2
-    assert keyed.app.state.hub.counters["requests_accepted"] == 0
+    assert keyed.app.state.hub.books.counters["requests_accepted"] == 0
 
 
 def test_the_official_openai_client_sends_the_key(keyed):

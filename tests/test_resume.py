@@ -53,7 +53,7 @@ async def test_a_reconnect_gets_every_event_after_its_last_id_and_nothing_twice(
         assert tokens == whole["token_ids"]
         stats = await svc.settle()
         assert_clean(stats)
-        records = [r for r in svc.hub.releases if r.request_id == first.headers["x-request-id"]]
+        records = [r for r in svc.hub.books.releases if r.request_id == first.headers["x-request-id"]]
         assert len(records) == 1 and records[0].reason == "length"  # generation went on: released once, at its end
 
 
@@ -66,7 +66,7 @@ async def test_without_a_reconnect_the_window_expires_and_releases_once(tiny):
         assert stats["streams_detached"] == 1 and stats["paused"] == 1  # nobody reads: paused at the queue limit
         stats = await svc.settle()
         assert_clean(stats)
-        records = [r for r in svc.hub.releases if r.request_id == rid]
+        records = [r for r in svc.hub.books.releases if r.request_id == rid]
         assert len(records) == 1 and records[0].reason == "cancelled" and records[0].completion_tokens < 400
         assert stats["cancellations"]["resume_expired"] == 1
         late = await svc.call("/v1/stream", b"", headers={"last-event-id": seen[-1].id})
