@@ -17,6 +17,7 @@ from contextlib import asynccontextmanager
 
 from harness import timing
 from harness.trace import ServerBooks
+from harness.asgi import http_scope, request_receive
 from harness.clock import run_virtual
 from harness.cores import server_threads, torch_threads
 from harness.plan import PlannedClient, loaded_model
@@ -27,7 +28,8 @@ from harness.toxics import BandwidthToxic, LatencyToxic
 from harness.wire import StreamlabWire
 from streamlab.app import create_app
 from streamlab.bench_step import engine_speed
-from streamlab.engine.engine import FaultPlan, StepOutput
+from streamlab.engine.faults import FaultPlan
+from streamlab.engine.outputs import StepOutput
 from streamlab.hub import Hub
 from streamlab.step_clock import Wait
 
@@ -135,20 +137,6 @@ class SimConnection:
             await self.core.spend(self.per_request_s)
         if self.gone.is_set():
             return
-        scope = {"type": "http", "asgi": {"version": "3.0", "spec_version": "2.3"}, "http_version": "1.1",
-                 "method": method, "scheme": "http", "path": path, "raw_path": path.encode(), "query_string": b"",
-                 "root_path": "", "headers": [(k.encode(), v.encode()) for k, v in headers.items()],
-                 "client": ("127.0.0.1", 40000), "server": ("127.0.0.1", 8000), "state": dict(state)}
-        sent_body = False
-
-        async def receive():
-            nonlocal sent_body
-            if not sent_body:
-                sent_body = True
-                return {"type": "http.request", "body": body, "more_body": False}
-            await self.gone.wait()
-            return {"type": "http.disconnect"}
-
         async def send(message):
             if self.gone.is_set():
                 return  # like uvicorn: writes after a disconnect return silently
@@ -164,7 +152,7 @@ class SimConnection:
             if not message.get("more_body", False):
                 self.pipe.write_eof()
 
-        await app(scope, receive, send)
+        await app(http_scope(method, path, headers, state), request_receive(body, self.gone), send)
 
     def _deliver_head(self, head: Head) -> None:
         self.head = head
@@ -327,12 +315,12 @@ class SimServer:
 
     async def collect(self, time_engine: bool = False) -> ServerBooks:
         hub = self.hub
-        steps = [r._asdict() for r in hub.step_log]
+        steps = [r._asdict() for r in hub.books.step_log]
         # The engine alone on this run's code and lab slowdown, paired with the yardstick (harness.timing.drift).
         step_timing = timing.measure_engine(
             lambda: engine_speed(self.state["model"], hub.engine.config.decode_attention, self.slowdown),
             self.profile) if time_engine else {}
-        return ServerBooks(server=hub.stats(), releases=[dict(vars(r)) for r in hub.releases],
+        return ServerBooks(server=hub.stats(), releases=[dict(vars(r)) for r in hub.books.releases],
                            invariants=hub.engine.check_invariants(), ledger_problems=hub.engine.check_released(),
                            steps=steps, failure=hub.failure_traceback, step_timing=step_timing)
 

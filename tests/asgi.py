@@ -2,7 +2,8 @@
 
 TestClient and httpx's ASGITransport buffer whole bodies, so they cannot show streaming or
 disconnects. Here the test decides when the client leaves (`disconnect`) and how fast it
-reads (`on_event`, awaited inside send: a slow send is a slow reader).
+reads (`on_event`, awaited inside send: a slow send is a slow reader). The request's scope and
+receive() are the simulation's own (harness/asgi.py).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from dataclasses import dataclass, field
 
 from starlette.applications import Starlette
 
+from harness.asgi import http_scope, request_receive
 from streamlab.app import create_app
 from streamlab.config import ServiceConfig
 from streamlab.sse import SSEEvent, SSEParser
@@ -59,22 +61,9 @@ class Service:
                    deadline_s: float = DEADLINE_S) -> Reply:
         raw = body if isinstance(body, bytes) else (json.dumps(body).encode() if body is not None else b"")
         hdrs = {"content-type": "application/json", **(headers or {})}
-        scope = {"type": "http", "asgi": {"version": "3.0", "spec_version": "2.3"}, "http_version": "1.1",
-                 "method": method, "scheme": "http", "path": path, "raw_path": path.encode(), "query_string": b"",
-                 "root_path": "", "headers": [(k.lower().encode(), v.encode()) for k, v in hdrs.items()],
-                 "client": ("127.0.0.1", 50000), "server": ("127.0.0.1", 80), "state": dict(self.state)}
         reply = Reply()
-        body_sent = False
         gone = disconnect or asyncio.Event()
         loop = asyncio.get_running_loop()
-
-        async def receive():
-            nonlocal body_sent
-            if not body_sent:
-                body_sent = True
-                return {"type": "http.request", "body": raw, "more_body": False}
-            await gone.wait()
-            return {"type": "http.disconnect"}
 
         async def send(message):
             if message["type"] == "http.response.start":
@@ -92,7 +81,8 @@ class Service:
                 reply.complete = True
                 gone.set()  # the exchange is over: what a server sees as the connection closing
 
-        await asyncio.wait_for(self.app(scope, receive, send), deadline_s)
+        scope = http_scope(method, path, hdrs, self.state, client=("127.0.0.1", 50000))
+        await asyncio.wait_for(self.app(scope, request_receive(raw, gone), send), deadline_s)
         return reply
 
     async def get(self, path: str) -> Reply:
