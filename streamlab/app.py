@@ -9,7 +9,6 @@ OpenAI routes).
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import logging
 import time
@@ -27,7 +26,8 @@ from starlette.routing import Route
 
 from streamlab.access import AccessGuard
 from streamlab.config import CacheConfig, EngineConfig, ServiceConfig
-from streamlab.engine.engine import BatchEngine, FaultPlan
+from streamlab.engine.engine import BatchEngine
+from streamlab.engine.faults import FaultPlan
 from streamlab.errors import InvalidRequest, ModelNotFound, Overloaded, RequestError, RequestTooLarge, http_status
 from streamlab.hub import Hub
 from streamlab.streams import StreamEvent
@@ -35,7 +35,8 @@ from streamlab.metrics import Metrics
 from streamlab.models import LoadedModel, load_model
 from streamlab.openai_api import (ChatCompletionRequest, ChunkWriter, CompletionRequest, chat_prompt, error_object,
                                   error_payload, full_response, models_list)
-from streamlab.responses import HubStreamingResponse, WriteOnlyStreamingResponse, openai_body, sse_body
+from streamlab.responses import (CollectedResponse, HubStreamingResponse, WriteOnlyStreamingResponse, openai_body,
+                                 sse_body)
 from streamlab.lab_routes import lab_routes
 from streamlab.operator_routes import operator_routes
 from streamlab.request_body import error_response, parse_body, read_json, read_request
@@ -114,15 +115,14 @@ def create_app(config: ServiceConfig = ServiceConfig(), loaded: LoadedModel | No
         req = await read_request(request, config)
         hub, s = admit(request, request.state.model.tokenizer.encode(req.prompt), SamplingParams.of(req), req.stop,
                        req.ttft_deadline_ms)
-        events = await collect_unless_gone(request, hub, s)
-        if events is None:
-            return Response(status_code=499)  # nobody is listening
-        text, ids, last = generation(events)
-        if last.kind == "error":
-            err = last.payload["error"]
-            return error_response(err["type"], err["message"], 503)
-        return JSONResponse({"type": "generation", "id": s.request_id, "text": text, "token_ids": ids,
-                             **last.payload}, headers={"X-Request-ID": s.request_id})
+        def render(events: list[StreamEvent]) -> Response:
+            text, ids, last = generation(events)
+            if last.kind == "error":
+                err = last.payload["error"]
+                return error_response(err["type"], err["message"], 503)
+            return JSONResponse({"type": "generation", "id": s.request_id, "text": text, "token_ids": ids,
+                                 **last.payload}, headers={"X-Request-ID": s.request_id})
+        return CollectedResponse(hub, s, render)
 
     async def openai_route(request: Request, chat: bool) -> Response:
         """/v1/completions and /v1/chat/completions: the same admission, hub and cleanup as /v1/stream."""
@@ -151,15 +151,14 @@ def create_app(config: ServiceConfig = ServiceConfig(), loaded: LoadedModel | No
             except BaseException:
                 hub.close(s, "internal_error")
                 raise
-        events = await collect_unless_gone(request, hub, s)
-        if events is None:
-            return Response(status_code=499)
-        text, token_ids, last = generation(events)
-        if last.kind == "error":
-            err = last.payload["error"]
-            return JSONResponse(error_object(err["type"], err["message"], 503), status_code=503)
-        return JSONResponse(full_response(chat, s.request_id, loaded.name, text, token_ids, last.payload,
-                                          req.return_token_ids, ids), headers={"X-Request-ID": s.request_id})
+        def render(events: list[StreamEvent]) -> Response:
+            text, token_ids, last = generation(events)
+            if last.kind == "error":
+                err = last.payload["error"]
+                return JSONResponse(error_object(err["type"], err["message"], 503), status_code=503)
+            return JSONResponse(full_response(chat, s.request_id, loaded.name, text, token_ids, last.payload,
+                                              req.return_token_ids, ids), headers={"X-Request-ID": s.request_id})
+        return CollectedResponse(hub, s, render)
 
     async def completions(request: Request) -> Response:
         return await openai_route(request, chat=False)
@@ -183,7 +182,7 @@ def create_app(config: ServiceConfig = ServiceConfig(), loaded: LoadedModel | No
                             headers=headers)
 
     async def on_request_error(request: Request, exc: RequestError) -> Response:
-        request.state.hub.counters["requests_refused"] += 1
+        request.state.hub.books.counters["requests_refused"] += 1
         headers = {"Retry-After": str(getattr(exc, "retry_after_s", 1))} if isinstance(exc, Overloaded) else None
         return refuse(request, exc.error_type, str(exc), http_status(exc), headers, exc.param)
 
@@ -229,33 +228,7 @@ def warm_up(loaded: LoadedModel, like: EngineConfig = EngineConfig()) -> None:
         engine.step()
 
 
-async def _collect(hub: Hub, stream) -> list:
-    return [e async for e in hub.events(stream, keepalive_s=3600) if e is not None]
-
-
 def generation(events: list[StreamEvent]) -> tuple[str, list[int], StreamEvent]:
     """A collected stream (the non-streaming routes): its text, its token ids, its last event."""
     tokens = [e.payload for e in events if e.kind == "token"]
     return "".join(t["text"] for t in tokens), [t["token_id"] for t in tokens], events[-1]
-
-
-async def collect_unless_gone(request: Request, hub: Hub, stream) -> list | None:
-    """A non-streaming response: every event, or None if the client left first. Closes the stream either way."""
-    try:
-        collector = asyncio.ensure_future(_collect(hub, stream))
-        watcher = asyncio.ensure_future(_wait_for_disconnect(request))
-        done, _ = await asyncio.wait({collector, watcher}, return_when=asyncio.FIRST_COMPLETED)
-        watcher.cancel()
-        if collector not in done:
-            collector.cancel()
-            return None
-        return collector.result()
-    finally:
-        hub.close(stream, "finished" if stream.end_taken else "client_gone")
-
-
-async def _wait_for_disconnect(request: Request) -> None:
-    while True:
-        message = await request.receive()
-        if message["type"] == "http.disconnect":
-            return

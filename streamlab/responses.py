@@ -1,4 +1,5 @@
-"""The SSE response classes. Cleanup is a `finally` around the response's own __call__.
+"""The responses that wait on a hub stream: SSE, OpenAI chunks, and a non-streaming route's
+collected answer. Cleanup is a `finally` around the response's own __call__.
 
 Not the body generator's `finally`: a generator that never started never runs it, and one
 paused at `yield` when the client leaves runs it only when garbage-collected.
@@ -13,9 +14,10 @@ response never learns. WriteOnlyStreamingResponse is exactly that path, for the 
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import asyncio
+from collections.abc import AsyncIterator, Callable
 
-from starlette.responses import StreamingResponse
+from starlette.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from streamlab.hub import Hub
@@ -88,3 +90,33 @@ class WriteOnlyStreamingResponse(HubStreamingResponse):
 
     async def serve(self, scope: Scope, receive: Receive, send: Send) -> None:
         await self.stream_response(send)
+
+
+class CollectedResponse(StreamingResponse):
+    """A non-streaming route's answer: one hub stream's events collected while Starlette's own
+    `listen_for_disconnect` (inherited, as HubStreamingResponse's) watches for the client leaving,
+    then `render(events)` sent whole; a client gone first gets 499 and nothing is rendered. The
+    stream is closed once either way, before a byte is sent."""
+
+    def __init__(self, hub: Hub, stream: Stream, render: Callable[[list[StreamEvent]], Response]) -> None:
+        # Not StreamingResponse.__init__: there is no body iterator, the rendered response is the answer.
+        self.hub = hub
+        self.stream = stream
+        self.render = render
+        self.background = None
+
+    async def _collect(self) -> list[StreamEvent]:
+        return [e async for e in self.hub.events(self.stream, keepalive_s=3600) if e is not None]
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            collector = asyncio.ensure_future(self._collect())
+            listener = asyncio.ensure_future(self.listen_for_disconnect(receive))
+            done, _ = await asyncio.wait({collector, listener}, return_when=asyncio.FIRST_COMPLETED)
+            listener.cancel()
+            if collector not in done:
+                collector.cancel()
+        finally:
+            self.hub.close(self.stream, "finished" if self.stream.end_taken else "client_gone")
+        answer = self.render(collector.result()) if collector in done else Response(status_code=499)
+        await answer(scope, receive, send)
