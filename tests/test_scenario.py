@@ -83,3 +83,30 @@ def test_the_readmes_checks_table_and_field_reference_are_current():
     from harness.scenario_docs import README, generated
     text = README.read_text()
     assert generated(text) == text, "run `streamlab scenario schema` and commit scenarios/README.md"
+
+
+def _section(text: str, title: str) -> str:
+    start = text.index(f"## {title}")
+    return text[start:text.index("\n## ", start + 1)]
+
+
+def test_the_readmes_narrative_names_every_behaviour_arrival_and_toxic():
+    """The hand-written sections a first author reads (a worked example per behaviour, the
+    arrivals table, the network paragraph) name every kind the format takes, read from the models."""
+    import typing
+
+    from harness.arrivals import Arrival
+    from harness.behaviours import BEHAVIOURS
+    from harness.scenario_docs import README
+    from harness.toxics import ToxicSpec
+
+    def kinds(union, field: str) -> set[str]:
+        members = typing.get_args(typing.get_args(union)[0])
+        return {typing.get_args(m.model_fields[field].annotation)[0] for m in members}
+    text = README.read_text()
+    behaviours = _section(text, "Behaviours")
+    assert [k for k in BEHAVIOURS if f"**{k}**" not in behaviours or f"kind: {k}" not in behaviours] == []
+    arrivals = _section(text, "Arrivals")
+    assert [k for k in kinds(Arrival, "kind") if f"| `{k}` |" not in arrivals] == []
+    network = _section(text, "Network")
+    assert [t for t in kinds(ToxicSpec, "type") if f"`{t}`" not in network] == []

@@ -1,0 +1,71 @@
+"""The clients (harness/clients.py): what every client records, how it leaves, the headers it
+carries, and launch()'s arrivals and concurrency. Run behind the simulation (the real app, hub
+and engine) where a server is needed."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+
+from harness import runner
+from harness.clients import Client, with_headers
+from harness.scenario import GroupSpec, Scenario
+from harness.trace import StreamRecord
+
+
+def scenario(groups: list[dict], **extra) -> Scenario:
+    return Scenario.model_validate({"name": "clients", "seed": 7, "server": {"model": "tiny", "max_batch": 4},
+                                    "groups": groups, **extra})
+
+
+def group(name: str, behaviour: dict, count: int = 2, **extra) -> dict:
+    return {"name": name, "count": count, "prompt": {"tokens": [40, 56]},
+            "request": {"max_new_tokens": 24}, "behaviour": behaviour, **extra}
+
+
+def test_a_reader_records_its_head_every_token_and_its_end():
+    trace, _ = runner.simulate(scenario([group("readers", {"kind": "reader"})]))
+    for s in trace.group("readers"):
+        assert s.status == 200 and s.sent_at <= s.head_at <= s.token_times[0]
+        assert len(s.token_times) == 24 and s.token_times == sorted(s.token_times)
+        assert s.finish == "length" and s.ended_at >= s.token_times[-1]
+        assert s.closed_at is None  # it did not leave: the stream ended
+
+
+def test_a_dropper_records_when_and_how_it_left():
+    trace, _ = runner.simulate(scenario([group("droppers", {"kind": "dropper", "after_tokens": 5, "close": "rst"})]))
+    for s in trace.group("droppers"):
+        assert s.close_how == "rst" and s.closed_at is not None
+        assert len(s.token_times) >= 5 and s.closed_at >= s.token_times[4]
+
+
+def test_a_mixed_close_is_drawn_from_the_clients_own_seed():
+    spec = GroupSpec.model_validate(group("droppers", {"kind": "dropper", "after_tokens": 1, "close": "mixed"}))
+
+    def how(seed: int) -> str:
+        return Client(spec, StreamRecord("droppers", 0, "dropper", "p", {}), random.Random(seed), lambda: 0.0).close_how()
+    assert [how(s) for s in range(20)] == [how(s) for s in range(20)]  # the same seed leaves the same way
+    assert {how(s) for s in range(20)} == {"fin", "rst"}
+
+
+def test_a_requests_own_header_wins_over_the_extra_ones():
+    seen = []
+
+    async def opener(path, body, headers):
+        seen.append(headers)
+    asyncio.run(with_headers(opener, {"authorization": "Bearer k", "x-a": "1"})("/v1/stream", b"", {"authorization": "no"}))
+    assert seen == [{"authorization": "no", "x-a": "1"}]
+    assert with_headers(opener, {}) is opener  # nothing to add: the opener itself
+
+
+def test_joiners_arrive_while_their_group_runs_and_no_more_than_the_cap_at_once():
+    s = scenario([group("running", {"kind": "reader"}, count=4),
+                  group("joiners", {"kind": "reader"}, arrival={"kind": "join_while", "group": "running",
+                                                               "start_s": 0.0, "end_s": 0.05})],
+                 max_clients_at_once=3)
+    trace, _ = runner.simulate(s)
+    first_token = min(t for r in trace.group("running") for t in r.token_times[:1])
+    assert all(j.sent_at >= first_token for j in trace.group("joiners"))
+    spans = [(r.sent_at, r.ended_at) for r in trace.streams]
+    most = max(sum(1 for a, b in spans if a <= t < b) for t, _ in spans)
+    assert most <= 3
