@@ -11,15 +11,18 @@ committed seconds are never compared with this machine's seconds.
   A committed live baseline is therefore a ratio, live/sim, that any machine measures again;
   the simulation knows which part of a figure is the engine, which the network's fixed delay.
 - The engine's speed, timed after each run on the run's own engine code, is judged against a
-  yardstick timed with it that runs none of our engine's code (harness/speed.py), over the
-  committed profile's engine terms and what the yardstick took when they were measured. A slower
-  machine slows both; a slower engine ours only.
+  yardstick timed with it that runs none of our engine's code (harness/speed.py), over the same
+  paired reading stored in the committed profile. A slower machine slows both; a slower engine
+  ours only.
 
 The re-run rule (AGAIN): a live timing verdict that fails on one run is judged again on two
 back-to-back runs, each figure on the better of the two: the one nearer the inside of its
 bound. A stall or a regression, slow in both runs, still fails; a negative control must fail
 on both. A ratio is never formed across runs (a fast baseline from one pair cannot rescue a
 slow run of the other).
+
+About 480 lines, on purpose: every timing verdict, its bound and the re-run rule have one owner
+(issue 21), so a bound cannot be loosened in one place and kept in another.
 """
 
 from __future__ import annotations
