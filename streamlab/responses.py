@@ -109,14 +109,14 @@ class CollectedResponse(StreamingResponse):
         return [e async for e in self.hub.events(self.stream, keepalive_s=3600) if e is not None]
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        collector = asyncio.ensure_future(self._collect())
+        listener = asyncio.ensure_future(self.listen_for_disconnect(receive))
         try:
-            collector = asyncio.ensure_future(self._collect())
-            listener = asyncio.ensure_future(self.listen_for_disconnect(receive))
             done, _ = await asyncio.wait({collector, listener}, return_when=asyncio.FIRST_COMPLETED)
+        finally:  # also when this task is cancelled: neither helper task outlives the response
             listener.cancel()
-            if collector not in done:
+            if not collector.done():
                 collector.cancel()
-        finally:
             self.hub.close(self.stream, "finished" if self.stream.end_taken else "client_gone")
         answer = self.render(collector.result()) if collector in done else Response(status_code=499)
         await answer(scope, receive, send)
