@@ -95,7 +95,7 @@ CHECKS: tuple[CheckSpec, ...] = (
               f"(simulated: {timing.SIM_GATE}; live: {timing.LIVE_GATE} over the committed live/sim ratio "
               "times this machine's simulated figure)", _always, "clients", timing=True),
     CheckSpec("parity", "(live) outcomes, token ids and releases equal the simulation's, and each group's TTFT "
-              f"and completion p50 within {timing.PARITY_TTFT[0]:g}-{timing.PARITY_TTFT[1]:g}x and "
+              f"and completion (interquartile means) within {timing.PARITY_TTFT[0]:g}-{timing.PARITY_TTFT[1]:g}x and "
               f"{timing.PARITY_COMPLETION[0]:g}-{timing.PARITY_COMPLETION[1]:g}x of it, at the live run's pace "
               "(`expect.parity` widens a group's, with a reason)", _always, "clients", timing=True),
 )

@@ -95,7 +95,7 @@ def timeline_png(trace: Trace, out_dir: Path) -> Path:
 
 
 def parity_table(rows: list[dict]) -> Table:
-    table = Table(title="parity: live/sim p50 per group")
+    table = Table(title="parity: live/sim per group (interquartile means; harness.timing.typical)")
     for col in ("scenario", "group", "metric", "sim ms", "live ms", "live/sim", "bound"):
         table.add_column(col, justify="left" if col in ("scenario", "group", "metric") else "right")
     for r in rows:

@@ -207,9 +207,9 @@ class ParityTolerance(Strict):
     """A wider live/sim timing tolerance for some groups, with the reason the cost model misses them."""
     reason: str = Field(min_length=10, description="why the simulation cannot predict these groups' live times")
     groups: list[str] = Field(default_factory=list, description="the groups it applies to; empty: every group")
-    completion: Ratio | None = Field(None, description="[low, high] live/sim completion p50; default: "
+    completion: Ratio | None = Field(None, description="[low, high] live/sim completion (interquartile means); default: "
                                                        "harness.timing.PARITY_COMPLETION (0.7, 1.4)")
-    ttft: Ratio | None = Field(None, description="[low, high] live/sim TTFT p50; default: "
+    ttft: Ratio | None = Field(None, description="[low, high] live/sim TTFT (interquartile means); default: "
                                                  "harness.timing.PARITY_TTFT (0.6, 1.6)")
 
 

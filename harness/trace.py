@@ -130,6 +130,22 @@ def percentile(values: list[float], p: float) -> float | None:
     return ordered[min(rank, len(ordered)) - 1]
 
 
+def interquartile_mean(values: list[float]) -> float | None:
+    """The mean of the middle half of the values (each value a unit of mass, the quarters at
+    either end cut off, fractions of a value included); None for no values. A group's first
+    tokens come in waves, one per prefill step: over 7 streams the nearest-rank p50 is the 4th
+    value and jumps a whole wave when one stream lands in the wave before (16.7 against 23.2 ms,
+    live, the same server), while this moves by a seventh of it and still ignores a stall in
+    the outer quarters."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    n = len(ordered)
+    low, high = n / 4, 3 * n / 4
+    total = sum(max(0.0, min(i + 1, high) - max(i, low)) * v for i, v in enumerate(ordered))
+    return total / (high - low)
+
+
 def metric_values(streams: list[StreamRecord], metric: str) -> list[float]:
     if metric == "ttft_s":
         return [s.token_times[0] - s.sent_at for s in streams if s.token_times and s.sent_at is not None]

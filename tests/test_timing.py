@@ -215,6 +215,24 @@ def test_parity_takes_the_better_of_two_runs_and_never_retries_a_token_differenc
     assert not tokens.passed and not timing.timing_only(tokens)
 
 
+def test_parity_compares_interquartile_means_so_one_stream_in_an_earlier_wave_does_not_flip_it():
+    """First tokens come in waves a prefill step apart. Seven streams in waves at 17, 23 and 30 ms
+    (one at 37): the nearest-rank p50 is the 4th value, and one stream landing a wave sooner moves
+    it by a whole wave (23 -> 17 ms, 0.57x of a simulated 30 ms: out of [0.6, 1.6], as a CI run
+    read slow_reader_drop_1). The interquartile mean moves by a fraction of that; a whole group
+    a wave sooner or later still moves it by the wave, and a stall in one stream does not."""
+    from harness.trace import interquartile_mean, percentile
+    sim = [18.5, 24.5, 24.5, 29.8, 29.8, 29.8, 32.6]
+    live = [16.6, 16.7, 16.8, 23.2, 29.9, 30.0, 37.5]
+    sooner = [16.6, 16.7, 16.8, 16.9, 29.9, 30.0, 37.5]  # one stream a wave sooner
+    assert percentile(live, 50) / percentile(sim, 50) > 0.75
+    assert percentile(sooner, 50) / percentile(sim, 50) < 0.6  # p50 jumps a wave
+    assert 0.6 < interquartile_mean(sooner) / interquartile_mean(sim) < interquartile_mean(live) / interquartile_mean(sim)
+    assert interquartile_mean([v * 1.7 for v in sim]) / interquartile_mean(sim) == pytest.approx(1.7)  # a real shift
+    assert interquartile_mean(live[:-1] + [500.0]) == pytest.approx(interquartile_mean(live))  # a stall in the top quarter
+    assert interquartile_mean([2.0]) == 2.0 and interquartile_mean([1.0, 3.0]) == 2.0 and interquartile_mean([]) is None
+
+
 def test_parity_is_judged_at_the_pace_the_live_server_stepped(overlap_4):
     """A server whose every step took 1.6x what the profile says (the machine moved after the fit):
     against the simulation under the profile its completions read 1.6x and fail parity; its step
