@@ -36,6 +36,9 @@ REFIT = 1.15
 # One machine's speed drifts 1.1-1.45x within hours (the serving terms more than the engine's),
 # and the yardstick sees only the engine's: an hour-old fit is made again.
 MAX_AGE_S = 3600.0
+# How the fit is made; a fit cached by another way is made again. 2: per_request_s fitted through
+# the simulation (harness.calibrate.fit_per_request), not as a burst's head span over its heads.
+FIT = 2
 
 
 def cpu_quota() -> float | None:
@@ -59,7 +62,7 @@ def cpu_quota() -> float | None:
 
 
 def fitted_under() -> dict:
-    return {"machine": machine_name(), "cpu_quota": cpu_quota()}
+    return {"machine": machine_name(), "cpu_quota": cpu_quota(), "fit": FIT}
 
 
 def machine_profile(model: str, say=print, refit: bool = False) -> StepCostProfile:
@@ -73,7 +76,7 @@ def machine_profile(model: str, say=print, refit: bool = False) -> StepCostProfi
         under = data.get("fitted_under", {})
         now = speed.measure(model)
         then = (data.get("reference_s") or {}).get("step_s")
-        if {k: under.get(k) for k in ("machine", "cpu_quota")} != fitted_under():
+        if {k: under.get(k) for k in ("machine", "cpu_quota", "fit")} != fitted_under():
             reason = f"the cached fit was made on {under}, this is {fitted_under()}"
         elif not then or not 1 / REFIT <= now.step_s / then <= REFIT:
             reason = f"the yardstick moved {now.step_s / then if then else float('nan'):.2f}x since the fit"

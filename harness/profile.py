@@ -48,9 +48,11 @@ TERMS = {
                           "64 KiB, completes in simulation when it did live (2.7x sooner without it); its steps' "
                           "periods do not show it: the steps run on and the bytes queue behind them",
     "per_request_s": "serving, live: the server's core time per request (HTTP, JSON, tokenizing, the head), "
-                     "queued on one core so a burst is handled one request after another; the median spacing "
-                     "of the response heads in a burst. Every scenario request has its own connection, so a "
-                     "per-connection cost cannot be told apart and is part of it",
+                     "queued on one core so a burst is handled one request after another; chosen so that the "
+                     "calibration's bursts' simulated head spans (first send to last response head) match the live "
+                     "ones, since the steps that run inside a burst are charged by the simulation itself. Every "
+                     "scenario request has its own connection, so a per-connection cost cannot be told apart "
+                     "and is part of it",
     "request_latency_s": "serving, live: what a lone request waits beyond that core time (connect, wake-ups "
                          "of the step thread and the event loop, the client's read): the median of a lone "
                          "request's live TTFT minus its simulated TTFT without this term",
