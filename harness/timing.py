@@ -21,7 +21,7 @@ bound. A stall or a regression, slow in both runs, still fails; a negative contr
 on both. A ratio is never formed across runs (a fast baseline from one pair cannot rescue a
 slow run of the other).
 
-About 480 lines, on purpose: every timing verdict, its bound and the re-run rule have one owner
+About 500 lines, on purpose: every timing verdict, its bound and the re-run rule have one owner
 (issue 21), so a bound cannot be loosened in one place and kept in another.
 """
 
