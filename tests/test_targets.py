@@ -11,7 +11,7 @@ import pytest
 from harness.live_run import live_unavailable
 from harness.runner import RunContext, run_scenario
 from harness.scenario import Scenario, load_by_name
-from harness.registry import unobservable
+from harness.registry import BY_NAME, unobservable
 from harness.targets import FINDINGS, PEER_SCENARIOS, PROFILES, TARGETS, Target, read_gauges, resolve_target
 from harness.wire import OpenAIWire
 from streamlab.sse import SSEParser
@@ -152,14 +152,24 @@ def test_our_openai_route_gives_the_native_routes_verdicts(name):
     scenario = load_by_name(name)
     if live_unavailable(scenario, TARGETS["streamlab-openai"]):
         pytest.skip(live_unavailable(scenario, TARGETS["streamlab-openai"]))
-    native = run_scenario(scenario, "live", RunContext(results_dir=None))
-    ctx = RunContext(results_dir=None, target=TARGETS["streamlab-openai"])
-    openai = run_scenario(scenario, "live", ctx)
-    verdicts = {c.name: c.ok for c in native.checks if c.name != "parity"}
-    theirs = {c.name: c.ok for c in openai.checks if c.name not in ("capacity_restored", "parity")}
-    # The latency gate against committed baselines exists for the native route only.
-    verdicts.pop("regression", None)
-    assert theirs == verdicts, [c.line() for c in openai.checks]
+    for pair in range(2):
+        native = run_scenario(scenario, "live", RunContext(results_dir=None))
+        ctx = RunContext(results_dir=None, target=TARGETS["streamlab-openai"])
+        openai = run_scenario(scenario, "live", ctx)
+        verdicts = {c.name: c.ok for c in native.checks if c.name != "parity"}
+        theirs = {c.name: c.ok for c in openai.checks if c.name not in ("capacity_restored", "parity")}
+        # The latency gate against committed baselines exists for the native route only.
+        verdicts.pop("regression", None)
+        differing = {k for k in verdicts.keys() | theirs.keys() if verdicts.get(k) != theirs.get(k)}
+        # The two routes are two live runs: a timing verdict that differs is judged on a second
+        # pair, as the re-run rule judges any live timing verdict (harness.timing). A CI run read
+        # overlap_8's gap bound failing on the OpenAI route only (both of its own two runs) on a
+        # machine that moved 1.4-1.6x within minutes; here the two routes read 1.65x and 2.3x of
+        # overlap_1's gap against the bound's 4x. Any other verdict must agree at once.
+        if pair == 0 and differing and all(BY_NAME[k].timing for k in differing):
+            continue
+        break
+    assert theirs == verdicts, [c.line() for c in openai.checks + native.checks if c.name in differing]
     assert all(c.observed for c in openai.checks), "our own server: every check observable"
 
 
