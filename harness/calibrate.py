@@ -104,18 +104,19 @@ def fit_per_request(profile: StepCostProfile, live: dict[str, list[Trace]], scen
     work: the first requests' prefill and decode steps run inside it, on the same core, and the
     simulation charges those steps itself. Read as span / heads (how it was fitted before), the
     steps were counted twice and the simulated bursts' first tokens came late: live/sim TTFT
-    0.79-0.89 on the calibration's own bursts of 8 to 32, 0.54-0.65 for the readers of the
-    disconnect files in a suite run. Starts from the profile's own per_request_s."""
+    0.73-0.93 on the calibration's own bursts of 4 to 32 (0.88-1.02 fitted this way), 0.54-0.65
+    for the readers of the disconnect files in a suite run. Starts from the profile's own
+    per_request_s."""
     from harness.runner import run_trace
     from harness.simulation import SimBackend
 
-    value, heads = profile.per_request_s, sum(head_span(t)[1] for ts in live.values() for t in ts)
+    measured = [(name, *head_span(t)) for name, ts in live.items() for t in ts]  # (scenario, span, heads)
+    value = profile.per_request_s
     for _ in range(passes):
         at = SimBackend(dataclasses.replace(profile, per_request_s=value))
-        simulated = {name: head_span(run_trace(scenarios[name], at)[0]) for name in live}
-        value = max(0.0, value + statistics.median(
-            (span - simulated[name][0]) / n for name, ts in live.items() for span, n in map(head_span, ts)))
-    return value, heads
+        simulated = {name: head_span(run_trace(scenarios[name], at)[0])[0] for name in live}
+        value = max(0.0, value + statistics.median((span - simulated[name]) / n for name, span, n in measured))
+    return value, sum(n for _, _, n in measured)
 
 
 def ttft_differences(live: list[Trace], sim: Trace) -> list[float]:

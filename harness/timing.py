@@ -262,7 +262,8 @@ def parity_rows(scenario: "Scenario", live: Trace, sim: Trace, again: Trace | No
             ratio = better(ratios, lo, hi)
             rows.append({"scenario": scenario.name, "group": group, "metric": metric,
                          "sim_s": typical(sim, group, metric), "live_s": typical(live, group, metric),
-                         "ratio": ratio, "p50_ratio": timing_ratio(live, sim, group, metric, p50), "ratios": ratios, "low": lo, "high": hi, "ok": lo <= ratio <= hi})
+                         "ratio": ratio, "p50_ratio": timing_ratio(live, sim, group, metric, p50),
+                         "ratios": ratios, "low": lo, "high": hi, "ok": lo <= ratio <= hi})
     return rows
 
 
