@@ -9,18 +9,24 @@
      event loop delivers a step's events while the next step runs, and the two share one
      GIL, so serving shows up as a longer period, not as a gap. A table, not a line: the
      periods are not linear in events (one event costs about nothing, eight ~1 ms);
-   - serving_per_byte_s: the cost of each byte written to a client, on the server's one core,
-     chosen so that cal_padded (events carrying 64 KiB comments) completes in simulation when it
-     did live (bisection); its steps' periods do not show it, the bytes queue behind them;
+   - serving_per_byte_s: the cost of each byte the server writes to a client, on the shared
+     cores, chosen so that cal_unread's readers (beside streams whose padded events are written
+     but left unread until the readers are done) complete in simulation when they did live
+     (bisection); its steps' periods do not show it, the bytes queue behind them;
+   - client_per_byte_s: then the cost of each byte a client reads (its copy and parse), chosen so
+     that cal_padded (events carrying 64 KiB, read at once) completes in simulation when it did
+     live. Two terms, not one, because a slow reader reads long after the server wrote: one term
+     charged at the write put healthy readers beside slow readers at 0.66-0.68x of the
+     simulation under a 0.5 CPU quota, where server and clients share one core;
    - per_request_s: the core time per request in a burst (one core handles them one after
      another), chosen so that the simulated bursts' head spans match the live ones (the steps
      that run inside a burst are the simulation's own, not the requests');
    - request_latency_s: a lone request's live TTFT minus its simulated TTFT without that term.
    Then the calibration scenarios are simulated with the whole profile and the live/sim
    ratios are stored with it, as the fit's residuals.
-There is no separate term for the client's share of the cores: the clients read on the other
-core while the server works, and what they cost the server cannot be told apart from
-serving_s (both grow with events per step), so it is part of it. Nor one per connection:
+For plain events there is no separate term for the client's share of the cores: what the
+clients' reads of small events cost the server cannot be told apart from serving_s (both grow
+with events per step), so it is part of it; only padded bytes are split as above. Nor one per connection:
 every calibration request has its own connection, so that cost is part of per_request_s.
 The transport terms (where writes block, what one read takes) come from `lab buffers`.
 """
@@ -141,20 +147,19 @@ def residuals(live: dict[str, list[Trace]], sim: dict[str, Trace]) -> dict:
 
 
 def fit_terms(profile: StepCostProfile, live: dict[str, list[Trace]], scenarios: dict,
-              solo, padded=None) -> tuple[StepCostProfile, dict]:
+              solo) -> tuple[StepCostProfile, dict]:
     """The serving terms from one set of live runs of `scenarios` (by name): (profile with them,
     sample counts)."""
     from harness.runner import run_trace
     from harness.simulation import SimBackend
 
-    plain = {name: ts for name, ts in live.items() if name != PADDED}
+    plain = {name: ts for name, ts in live.items() if name not in (PADDED, UNREAD)}
     serving, n_steps = fit_serving(profile, [t for ts in plain.values() for t in ts])
     profile = dataclasses.replace(profile, serving_s=serving, per_request_s=0.0, request_latency_s=0.0)
     bursts = {name: ts for name, ts in plain.items() if name != solo.name}
     per_request, n_heads = fit_per_request(profile, bursts, scenarios)
     profile = dataclasses.replace(profile, per_request_s=per_request)
-    per_byte, n_padded = fit_per_byte(profile, live.get(PADDED, []), padded) if padded else (0.0, 0)
-    profile = dataclasses.replace(profile, serving_per_byte_s=per_byte)
+    profile, n_padded = fit_bytes(profile, live, scenarios)
     diffs = ttft_differences(live[solo.name], run_trace(solo, SimBackend(profile))[0])
     profile = dataclasses.replace(profile, request_latency_s=max(0.0, statistics.median(diffs)))
     # Once more with the wake-up a burst's first request pays at an idle server, now fitted.
@@ -163,25 +168,49 @@ def fit_terms(profile: StepCostProfile, live: dict[str, list[Trace]], scenarios:
                      "padded_streams": n_padded}
 
 
-PADDED = "cal_padded"  # its events carry padding: it fits serving_per_byte_s alone
+PADDED = "cal_padded"  # its events carry padding, read at once: with UNREAD, it fits the per-byte terms
+UNREAD = "cal_unread"  # padded events written while their clients do not read: the server's write alone
 
 
-def fit_per_byte(profile: StepCostProfile, traces: list[Trace], scenario) -> tuple[float, int]:
-    """(seconds per byte, samples): the per-byte cost of writing to a client on the server's one core,
-    chosen so that the padded run's simulated completion p50 matches the live runs' median (by
-    bisection; the step periods do not show it: the steps run on and the bytes queue behind them)."""
+def fit_bytes(profile: StepCostProfile, live: dict[str, list[Trace]], scenarios: dict) -> tuple[StepCostProfile, int]:
+    """(profile with serving_per_byte_s and client_per_byte_s, padded streams measured): the write's
+    cost from cal_unread's readers, then the read's from cal_padded with the write's fixed. Without
+    cal_unread (an older calibration set), both costs in serving_per_byte_s, as cal_padded reads them."""
+    profile = dataclasses.replace(profile, serving_per_byte_s=0.0, client_per_byte_s=0.0)
+    samples = 0
+    if live.get(UNREAD) and UNREAD in scenarios:
+        per_byte, n = fit_per_byte(profile, live[UNREAD], scenarios[UNREAD], "serving_per_byte_s", group="readers")
+        profile, samples = dataclasses.replace(profile, serving_per_byte_s=per_byte), samples + n
+        read_term = "client_per_byte_s"
+    else:
+        read_term = "serving_per_byte_s"
+    if live.get(PADDED) and PADDED in scenarios:
+        per_byte, n = fit_per_byte(profile, live[PADDED], scenarios[PADDED], read_term)
+        profile, samples = dataclasses.replace(profile, **{read_term: per_byte}), samples + n
+    return profile, samples
+
+
+def fit_per_byte(profile: StepCostProfile, traces: list[Trace], scenario, term: str,
+                 group: str | None = None) -> tuple[float, int]:
+    """(seconds per byte, samples): the per-byte `term`, chosen so that the run's (or `group`'s)
+    simulated completion p50 matches the live runs' median (by bisection; the step periods do not
+    show it: the steps run on and the bytes queue behind them)."""
     from harness.runner import run_trace
     from harness.simulation import SimBackend
 
     if not traces:
         return 0.0, 0
-    live = statistics.median(percentile(metric_values(t.streams, "completion_s"), 50) for t in traces)
+
+    def completion(trace: Trace) -> float:
+        streams = trace.group(group) if group else trace.streams
+        return percentile(metric_values(streams, "completion_s"), 50)
+
+    live = statistics.median(completion(t) for t in traces)
 
     def simulated(per_byte: float) -> float:
-        trace = run_trace(scenario, SimBackend(dataclasses.replace(profile, serving_per_byte_s=per_byte)))[0]
-        return percentile(metric_values(trace.streams, "completion_s"), 50)
+        return completion(run_trace(scenario, SimBackend(dataclasses.replace(profile, **{term: per_byte})))[0])
 
-    samples = sum(len(t.streams) for t in traces)
+    samples = sum(len(t.group(group) if group else t.streams) for t in traces)
     if simulated(0.0) >= live:
         return 0.0, samples
     low, high = 0.0, 1e-9
@@ -205,14 +234,14 @@ def _show(term: str, value) -> str:
     """A serving term as the calibration prints it: a table in ms, seconds as ms, per byte as ms per MB."""
     if isinstance(value, list):
         return _ms_table(value)
-    return f"{value * 1e9:.2f} ms/MB" if term == "serving_per_byte_s" else f"{value * 1e3:.2f} ms"
+    return f"{value * 1e9:.2f} ms/MB" if term.endswith("per_byte_s") else f"{value * 1e3:.2f} ms"
 
 
 def _rounded(value):
     return value if isinstance(value, list) else float(f"{value:.4g}")
 
 
-SERVING_TERMS = ("serving_s", "serving_per_byte_s", "per_request_s", "request_latency_s")
+SERVING_TERMS = ("serving_s", "serving_per_byte_s", "client_per_byte_s", "per_request_s", "request_latency_s")
 
 
 def calibrate(model: str, engine_only: bool = False, say=print, repeats: int = REPEATS,
@@ -250,10 +279,9 @@ def calibrate(model: str, engine_only: bool = False, say=print, repeats: int = R
             rounds[-1][scenario.name] = [trace]
             say(f"round {i + 1} live {scenario.name}: {len(trace.steps)} steps, {trace.wall_s:.1f}s")
     live = {s.name: [r[s.name][0] for r in rounds] for s in scenarios}
-    padded = next((s for s in scenarios if s.name == PADDED), None)
     by_name = {s.name: s for s in scenarios}
-    profile, counts = fit_terms(profile, live, by_name, solo, padded)
-    by_round = [fit_terms(profile, r, by_name, solo, padded)[0] for r in rounds] if repeats > 1 else []
+    profile, counts = fit_terms(profile, live, by_name, solo)
+    by_round = [fit_terms(profile, r, by_name, solo)[0] for r in rounds] if repeats > 1 else []
     spread = {term: [_rounded(getattr(p, term)) for p in by_round] for term in SERVING_TERMS}
     sims = {s.name: run_trace(s, SimBackend(profile))[0] for s in scenarios}
     fit = residuals(live, sims)
@@ -263,7 +291,8 @@ def calibrate(model: str, engine_only: bool = False, say=print, repeats: int = R
     say(f"serving terms (live, {repeats} rounds together): a step's events -> ms beyond the engine "
         f"{_show('serving_s', profile.serving_s)}, per request {_show('per_request_s', profile.per_request_s)}, "
         f"lone request latency {_show('request_latency_s', profile.request_latency_s)}, "
-        f"written to clients {_show('serving_per_byte_s', profile.serving_per_byte_s)}")
+        f"written to clients {_show('serving_per_byte_s', profile.serving_per_byte_s)}, "
+        f"read by clients {_show('client_per_byte_s', profile.client_per_byte_s)}")
     for term, values in spread.items():
         if values:
             say(f"  {term} fitted on each round alone: " + "; ".join(_show(term, v) for v in values))

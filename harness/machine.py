@@ -38,7 +38,8 @@ REFIT = 1.15
 MAX_AGE_S = 3600.0
 # How the fit is made; a fit cached by another way is made again. 2: per_request_s fitted through
 # the simulation (harness.calibrate.fit_per_request), not as a burst's head span over its heads.
-FIT = 2
+# 3: a byte's cost split into the server's write and the client's read (harness.calibrate.fit_bytes).
+FIT = 3
 
 
 def cpu_quota() -> float | None:

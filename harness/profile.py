@@ -43,10 +43,18 @@ TERMS = {
                  "step runs in torch, without the GIL), eight cost ~1 ms. May be below zero where the "
                  "in-process step measured slower than the server's",
     "serving_per_byte_s": "serving, live: seconds of the server's one core per byte written to a client (the "
-                          "write, and the share of the cores Toxiproxy's copy and the client's parse take), queued "
-                          "with the steps and the requests' work. Chosen so that cal_padded, whose events carry "
-                          "64 KiB, completes in simulation when it did live (2.7x sooner without it); its steps' "
-                          "periods do not show it: the steps run on and the bytes queue behind them",
+                          "write and its SSE framing), charged when the server writes, queued with the steps and "
+                          "the requests' work. Chosen so that cal_unread's readers, beside streams whose 128 KiB "
+                          "events are written but not read until the readers are done, complete in simulation "
+                          "when they did live; the steps' periods do not show it: the steps run on and the bytes "
+                          "queue behind them. A profile without client_per_byte_s has both costs here",
+    "client_per_byte_s": "serving, live: seconds per byte a client's read costs the same cores (its copy and "
+                         "parse; Toxiproxy's copy where there is one), charged when the client reads. Chosen, "
+                         "with serving_per_byte_s fixed, so that cal_padded, whose 64 KiB events are read at "
+                         "once, completes in simulation when it did live. Apart from the write's cost because a "
+                         "slow reader reads long after the server wrote: under a 0.5 CPU quota (one core for "
+                         "server and clients) both charged at the write read 22 ms per MB and put the healthy "
+                         "readers beside slow readers at 0.66-0.68x of the simulation",
     "per_request_s": "serving, live: the server's core time per request (HTTP, JSON, tokenizing, the head), "
                      "queued on one core so a burst is handled one request after another; chosen so that the "
                      "calibration's bursts' simulated head spans (first send to last response head) match the live "
@@ -80,6 +88,7 @@ class StepCostProfile:
     decode_context_ref: float = 0.0
     serving_s: list = field(default_factory=list)  # [[events in a step, seconds beyond the engine], ...]
     serving_per_byte_s: float = 0.0
+    client_per_byte_s: float = 0.0
     per_request_s: float = 0.0
     request_latency_s: float = 0.0
     send_buffer_bytes: int = DEFAULT_SEND_BUFFER_BYTES  # to a client with the default receive buffer
@@ -95,7 +104,8 @@ class StepCostProfile:
         return replace(self, decode_s=[[b, v * k] for b, v in self.decode_s], prefill_fixed_s=self.prefill_fixed_s * k,
                        prefill_per_token_s=self.prefill_per_token_s * k, idle_step_s=self.idle_step_s * k,
                        decode_per_context_token_s=self.decode_per_context_token_s * k,
-                       serving_s=[[e, v * k] for e, v in self.serving_s], serving_per_byte_s=self.serving_per_byte_s * k)
+                       serving_s=[[e, v * k] for e, v in self.serving_s], serving_per_byte_s=self.serving_per_byte_s * k,
+                       client_per_byte_s=self.client_per_byte_s * k)
 
     def buffer_bytes(self, client_rcvbuf: int | None) -> int:
         """Unread bytes a connection holds before the server's writes block."""

@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from harness.calibrate import calibration_scenarios, fit_per_request, head_span
+from harness.calibrate import PADDED, UNREAD, calibration_scenarios, fit_bytes, fit_per_request, head_span
 from harness.profile import load_profile
 from harness.runner import run_trace
 from harness.simulation import SimBackend
@@ -25,3 +25,20 @@ def test_per_request_is_fitted_through_the_simulation_not_as_a_burst_span_over_i
     assert fitted == pytest.approx(0.0012, rel=0.1)
     span, n = head_span(live["cal_batch_16"][0])
     assert span / n > 1.05 * fitted  # what the old fit read (1.07x here): the steps counted twice
+
+
+def test_a_bytes_cost_is_split_into_the_servers_write_and_the_clients_read():
+    """'Live' runs of cal_unread and cal_padded simulated with known write and read costs per byte:
+    the fit finds both again, while one term charged at the write (the fit before) reads their
+    sum off cal_padded and so charges a slow reader's bytes to the server long before it reads them."""
+    profile = load_profile("tiny")
+    known = dataclasses.replace(profile, serving_per_byte_s=12e-9, client_per_byte_s=9e-9)
+    scenarios = {s.name: s for s in calibration_scenarios("tiny") if s.name in (PADDED, UNREAD)}
+    live = {name: [run_trace(s, SimBackend(known))[0]] for name, s in scenarios.items()}
+    fitted, streams = fit_bytes(profile, live, scenarios)
+    assert streams == 4 + 4
+    assert fitted.serving_per_byte_s == pytest.approx(12e-9, rel=0.15)
+    assert fitted.client_per_byte_s == pytest.approx(9e-9, rel=0.15)
+    one_term, _ = fit_bytes(profile, {PADDED: live[PADDED]}, scenarios)  # no cal_unread: both in one term
+    assert one_term.client_per_byte_s == 0.0
+    assert one_term.serving_per_byte_s > 1.5 * 12e-9
