@@ -19,6 +19,9 @@ class HubBooks:
         self.closed_streams: deque[tuple[str, str, int]] = deque(maxlen=history)
         # The step thread's own record: (began, seconds, prefilled, decoded), for /debug/steps.
         self.step_log: deque[StepRecord] = deque(maxlen=history)
+        # Bytes handed to clients' connections (the event loop adds; the step loop logs the change).
+        self.bytes_out = 0
+        self.bytes_logged = 0
         self.on_release_delay: Callable[[float], None] | None = None  # metrics hook
         self.counters = {"requests_accepted": 0, "requests_refused": 0, "late_events_dropped": 0,
                          "streams_closed": 0, "deadline_refused": 0}

@@ -37,8 +37,10 @@ async def sse_body(hub: Hub, stream: Stream, keepalive_s: float, padding: int, r
         if event is None:
             yield KEEPALIVE
             continue
-        yield encode_json_event(event.kind, event.payload, f"{stream.request_id}:{event.id}",
-                                padding if event.kind == "token" else 0, retry_ms)
+        data = encode_json_event(event.kind, event.payload, f"{stream.request_id}:{event.id}",
+                                 padding if event.kind == "token" else 0, retry_ms)
+        hub.books.bytes_out += len(data)
+        yield data
         retry_ms = None
 
 
