@@ -49,7 +49,8 @@ TERMS = {
                           "when they did live; the steps' periods do not show it: the steps run on and the bytes "
                           "queue behind them. A profile without client_per_byte_s has both costs here",
     "client_per_byte_s": "serving, live: seconds per byte a client's read costs the same cores (its copy and "
-                         "parse; Toxiproxy's copy where there is one), charged when the client reads. Chosen, "
+                         "parse; Toxiproxy's copy where there is one), charged when the client reads: the server's "
+                         "queue waits for it, the read does not wait for the server's queue. Chosen, "
                          "with serving_per_byte_s fixed, so that cal_padded, whose 64 KiB events are read at "
                          "once, completes in simulation when it did live. Apart from the write's cost because a "
                          "slow reader reads long after the server wrote: under a 0.5 CPU quota (one core for "
