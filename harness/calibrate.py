@@ -26,8 +26,9 @@
    ratios are stored with it, as the fit's residuals.
 For plain events there is no separate term for the client's share of the cores: what the
 clients' reads of small events cost the server cannot be told apart from serving_s (both grow
-with events per step), so it is part of it; only padded bytes are split as above. Nor one per connection:
-every calibration request has its own connection, so that cost is part of per_request_s.
+with events per step), so it is part of it; only padded bytes are split as above. Nor one per
+connection: every calibration request has its own connection, so that cost is part of
+per_request_s.
 The transport terms (where writes block, what one read takes) come from `lab buffers`.
 """
 
@@ -201,16 +202,18 @@ def fit_per_byte(profile: StepCostProfile, traces: list[Trace], scenario, term: 
     if not traces:
         return 0.0, 0
 
+    def measured(trace: Trace) -> list:
+        return trace.group(group) if group else trace.streams
+
     def completion(trace: Trace) -> float:
-        streams = trace.group(group) if group else trace.streams
-        return percentile(metric_values(streams, "completion_s"), 50)
+        return percentile(metric_values(measured(trace), "completion_s"), 50)
 
     live = statistics.median(completion(t) for t in traces)
 
     def simulated(per_byte: float) -> float:
         return completion(run_trace(scenario, SimBackend(dataclasses.replace(profile, **{term: per_byte})))[0])
 
-    samples = sum(len(t.group(group) if group else t.streams) for t in traces)
+    samples = sum(len(measured(t)) for t in traces)
     if simulated(0.0) >= live:
         return 0.0, samples
     low, high = 0.0, 1e-9

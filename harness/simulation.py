@@ -112,10 +112,10 @@ class SimConnection:
     def __init__(self, capacity: int, latency_s: float, rate_bytes_per_s: float | None,
                  core: ServerCore | None = None, per_request_s: float = 0.0, request_latency_s: float = 0.0,
                  read_window: int | None = None, up_latency_s: float = 0.0,
-                 server_idle=lambda: True, per_byte_s: float = 0.0, read_per_byte_s: float = 0.0) -> None:
+                 server_idle=lambda: True, per_byte_s: float = 0.0, client_per_byte_s: float = 0.0) -> None:
         self.pipe = SimPipe(capacity, latency_s, rate_bytes_per_s, read_window)
         self.core, self.per_request_s, self.request_latency_s = core, per_request_s, request_latency_s
-        self.per_byte_s, self.read_per_byte_s = per_byte_s, read_per_byte_s
+        self.per_byte_s, self.client_per_byte_s = per_byte_s, client_per_byte_s
         self.latency_s, self.up_latency_s = latency_s, up_latency_s
         self.server_idle = server_idle
         self.gone = asyncio.Event()
@@ -170,8 +170,8 @@ class SimConnection:
         if not data:
             self.ended = True
             return self.parser.close()
-        if self.core is not None and self.read_per_byte_s:  # the client's copy and parse: on the same cores, when it reads
-            await self.core.share(self.read_per_byte_s * len(data))
+        if self.core is not None and self.client_per_byte_s:  # the client's copy and parse: on the same cores, when it reads
+            await self.core.share(self.client_per_byte_s * len(data))
         self.bytes_read += len(data)
         self.body += data
         return self.parser.feed(data)

@@ -318,8 +318,9 @@ def test_a_run_is_paced_by_its_least_moved_window():
     """A server that stepped at the profile's pace while the healthy readers ran and 1.8x slower
     afterwards, through the slow reader's long tail (what a 0.5 quota did in CI): the whole run
     reads slower than the healthy group's window (1.0; the tail's busy steps are fewer than the
-    healthy window's since their periods count the bytes written) and so does the slow group's, and the run's pace is the one nearest 1 (a slower machine slows every window; what the
-    model misses only adds to some)."""
+    healthy window's since their periods count the bytes written) and so does the slow group's,
+    and the run's pace is the one nearest 1 (a slower machine slows every window; what the model
+    misses only adds to some)."""
     scenario = load_by_name("slow_reader_pause_1")
     sim = runner.simulate(scenario)[0]
     profile = SimBackend().profile(scenario.server.model)
