@@ -151,7 +151,7 @@ def run_scenario(scenario: Scenario, mode: str, ctx: RunContext, progress=None) 
     paced = [refs.at_the_pace(scenario, trace, sim, ctx.backends[ctx.parity_mode]), None]
     timed = timing.judge(scenario, trace, baselines, ctx.baselines, sim, ctx.judge_parity_timing, paced=tuple(paced))
     again = None
-    if live and timing.wants_again(timed):
+    if live and timing.wants_again(timed, scenario.expect.expect_failure):
         # AGAIN (harness.timing): the scenario runs once more, then its baseline scenarios just
         # after it, so a latency ratio is formed within one back-to-back pair.
         again = run_trace(scenario, ctx.backends[mode], time_engine=True)[0]
