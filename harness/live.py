@@ -139,11 +139,12 @@ class ServerProcess:
         return body
 
     async def settle(self, deadline_s: float = 30.0) -> dict:
-        """Wait (bounded) until nothing runs, waits or is registered; return /stats."""
+        """Wait (bounded) until nothing runs, waits or is registered, or the step loop has failed
+        (it will never drain: the run waited out the whole deadline, 30 s); return /stats."""
         deadline = time.monotonic() + deadline_s
         stats = await self.get_json("/stats")
         while time.monotonic() < deadline:
-            if stats["running"] == stats["waiting"] == stats["streams_registered"] == 0:
+            if stats["running"] == stats["waiting"] == stats["streams_registered"] == 0 or stats.get("failure"):
                 break
             await asyncio.sleep(0.02)
             stats = await self.get_json("/stats")
