@@ -39,6 +39,8 @@ class ForkedServer:
     def poll(self) -> int | None:
         if self.returncode is None:
             self.returncode = self.zygote.ask({"poll": self.pid})["code"]
+            if self.returncode is not None:
+                self.zygote.live.discard(self.pid)
         return self.returncode
 
     def wait(self, timeout: float | None = None) -> int:
@@ -62,6 +64,7 @@ class Zygote:
         self.proc = subprocess.Popen([sys.executable, "-m", "harness.zygote"], env=env, stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, text=True, bufsize=1)
         self.ask_lock = threading.Lock()
+        self.live: set[int] = set()  # its forked servers not yet seen ended
         ready = self._read(START_DEADLINE_S)
         if ready.get("ready") is not True:
             raise RuntimeError(f"the server zygote did not start: {ready}")
@@ -79,7 +82,9 @@ class Zygote:
             return self._read(START_DEADLINE_S)
 
     def fork(self, argv: list[str], log_path: str) -> ForkedServer:
-        return ForkedServer(self, self.ask({"fork": argv, "log": log_path})["pid"])
+        server = ForkedServer(self, self.ask({"fork": argv, "log": log_path})["pid"])
+        self.live.add(server.pid)
+        return server
 
     def close(self) -> None:
         try:
@@ -91,13 +96,23 @@ class Zygote:
         self.proc.stdout.close()
 
 
+# Set by pytest for each item: not read by a server, and a zygote per item held 0.4 GB each
+# until a CI run here was killed for memory.
+VOLATILE = frozenset({"PYTEST_CURRENT_TEST"})
+
+
 def start_server(argv: list[str], env: dict[str, str], log_path: str) -> ForkedServer:
-    """`streamlab <argv>` (a `serve` command line) forked from a zygote started with `env`."""
-    key = (sys.executable, tuple(sorted(env.items())))
+    """`streamlab <argv>` (a `serve` command line) forked from a zygote started with `env`. A
+    zygote none of whose servers still runs is ended when another is needed: at most one idle."""
+    key = (sys.executable, tuple(sorted((k, v) for k, v in env.items() if k not in VOLATILE)))
     with _lock:
         zygote = _zygotes.get(key)
         if zygote is None or zygote.proc.poll() is not None:
             zygote = _zygotes[key] = Zygote(env)
+        for other_key, other in list(_zygotes.items()):
+            if other is not zygote and not any(ForkedServer(other, pid).poll() is None for pid in list(other.live)):
+                other.close()
+                del _zygotes[other_key]
     return zygote.fork(argv, log_path)
 
 
@@ -142,6 +157,8 @@ def _serve_requests() -> None:
     import streamlab.server  # noqa: F401
     import streamlab.models  # noqa: F401
 
+    import gc
+    gc.freeze()  # the imported objects stay out of the servers' collections: no copy-on-write of their pages
     out = sys.stdout
     pipes = (sys.stdin.fileno(), out.fileno())
     codes: dict[int, int] = {}

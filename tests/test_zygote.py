@@ -53,3 +53,21 @@ async def test_stopping_a_server_that_already_exited_gives_its_code():
     with pytest.raises(RuntimeError, match="exited with 2"):
         await server.start()
     assert server.proc.returncode == 2
+
+
+async def test_one_zygote_is_kept_while_the_environment_changes_between_items(monkeypatch):
+    """pytest sets PYTEST_CURRENT_TEST for every item: that started a zygote per item (0.4 GB
+    each) until a CI run was killed for memory. A changed variable that matters gets a new zygote,
+    and the idle one before it is ended."""
+    for item in range(3):
+        monkeypatch.setenv("PYTEST_CURRENT_TEST", f"item {item}")
+        server = ServerProcess(["--model", "tiny"])
+        await server.start()
+        server.stop()
+    assert len(zygote._zygotes) == 1
+    before = next(iter(zygote._zygotes.values()))
+    monkeypatch.setenv("STREAMLAB_ZYGOTE_TEST", "another environment")
+    server = ServerProcess(["--model", "tiny"])
+    await server.start()
+    server.stop()
+    assert len(zygote._zygotes) == 1 and before.proc.poll() is not None, "the idle zygote was ended"
