@@ -74,7 +74,6 @@ class ServerProcess:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         if self.forked():
             from harness.zygote import start_server
-            self._log = None
             self.proc = await asyncio.to_thread(start_server, self.args[3:], self.env, str(self.log_path))
         else:
             self._log = open(self.log_path, "w")

@@ -18,6 +18,7 @@ from __future__ import annotations
 import atexit
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -38,9 +39,7 @@ class ForkedServer:
 
     def poll(self) -> int | None:
         if self.returncode is None:
-            self.returncode = self.zygote.ask({"poll": self.pid})["code"]
-            if self.returncode is not None:
-                self.zygote.live.discard(self.pid)
+            self.returncode = self.zygote.exit_code(self.pid)
         return self.returncode
 
     def wait(self, timeout: float | None = None) -> int:
@@ -70,7 +69,11 @@ class Zygote:
             raise RuntimeError(f"the server zygote did not start: {ready}")
 
     def _read(self, deadline_s: float) -> dict:
-        line = self.proc.stdout.readline()  # the zygote answers at once; it exits only when we close its stdin
+        # One line answers each request, so nothing waits in the pipe's buffer when select looks.
+        if not select.select([self.proc.stdout], [], [], deadline_s)[0]:
+            self.proc.kill()
+            raise RuntimeError(f"the server zygote did not answer within {deadline_s:g}s")
+        line = self.proc.stdout.readline()
         if not line:
             raise RuntimeError(f"the server zygote exited with {self.proc.wait(deadline_s)}")
         return json.loads(line)
@@ -85,6 +88,17 @@ class Zygote:
         server = ForkedServer(self, self.ask({"fork": argv, "log": log_path})["pid"])
         self.live.add(server.pid)
         return server
+
+    def exit_code(self, pid: int) -> int | None:
+        """A forked server's exit code (negative: the signal that ended it), or None while it runs."""
+        code = self.ask({"poll": pid})["code"]
+        if code is not None:
+            self.live.discard(pid)
+        return code
+
+    def idle(self) -> bool:
+        """None of its servers still runs."""
+        return all(self.exit_code(pid) is not None for pid in list(self.live))
 
     def close(self) -> None:
         try:
@@ -110,7 +124,7 @@ def start_server(argv: list[str], env: dict[str, str], log_path: str) -> ForkedS
         if zygote is None or zygote.proc.poll() is not None:
             zygote = _zygotes[key] = Zygote(env)
         for other_key, other in list(_zygotes.items()):
-            if other is not zygote and not any(ForkedServer(other, pid).poll() is None for pid in list(other.live)):
+            if other is not zygote and other.idle():
                 other.close()
                 del _zygotes[other_key]
     return zygote.fork(argv, log_path)

@@ -48,7 +48,7 @@ async def test_a_start_with_another_environment_gets_a_zygote_of_its_own(tmp_pat
         marked.stop()
 
 
-async def test_stopping_a_server_that_already_exited_gives_its_code():
+async def test_a_server_that_exits_at_start_up_is_reported_with_its_code():
     server = ServerProcess(["--model", "no-such-model"])
     with pytest.raises(RuntimeError, match="exited with 2"):
         await server.start()
