@@ -21,7 +21,10 @@
    - per_request_s: the core time per request in a burst (one core handles them one after
      another), chosen so that the simulated bursts' head spans match the live ones (the steps
      that run inside a burst are the simulation's own, not the requests');
-   - request_latency_s: a lone request's live TTFT minus its simulated TTFT without that term.
+   - request_latency_s: a lone request's live TTFT minus its simulated TTFT without that term;
+   - refused_request_s: the core time per request refused while it is read (cal_refused's burst of
+     bad requests), fitted on head spans as per_request_s is: a refusal costs about half an
+     admitted request, and charged a whole one it held the requests behind it in the queue.
    Then the calibration scenarios are simulated with the whole profile and the live/sim
    ratios are stored with it, as the fit's residuals.
 For plain events there is no separate term for the client's share of the cores: what the
@@ -104,7 +107,7 @@ def head_span(trace: Trace) -> tuple[float, int]:
 
 
 def fit_per_request(profile: StepCostProfile, live: dict[str, list[Trace]], scenarios: dict,
-                    passes: int = 2) -> tuple[float, int]:
+                    passes: int = 2, term: str = "per_request_s") -> tuple[float, int]:
     """Core time per request in a burst, chosen so that each burst's simulated head span (first
     send to last response head) matches its live one: per pass, the median over the runs of
     (live span - simulated span) / heads is added to the term. The live span is not all requests'
@@ -113,14 +116,14 @@ def fit_per_request(profile: StepCostProfile, live: dict[str, list[Trace]], scen
     steps were counted twice and the simulated bursts' first tokens came late: live/sim TTFT
     0.73-0.93 on the calibration's own bursts of 4 to 32 (0.88-1.02 fitted this way), 0.54-0.65
     for the readers of the disconnect files in a suite run. Starts from the profile's own
-    per_request_s."""
+    per_request_s. With `term` refused_request_s, a burst of refusals is fitted the same way."""
     from harness.runner import run_trace
     from harness.simulation import SimBackend
 
     measured = [(name, *head_span(t)) for name, ts in live.items() for t in ts]  # (scenario, span, heads)
-    value = profile.per_request_s
+    value = getattr(profile, term) or 0.0
     for _ in range(passes):
-        at = SimBackend(dataclasses.replace(profile, per_request_s=value))
+        at = SimBackend(dataclasses.replace(profile, **{term: value}))
         simulated = {name: head_span(run_trace(scenarios[name], at)[0])[0] for name in live}
         value = max(0.0, value + statistics.median((span - simulated[name]) / n for name, span, n in measured))
     return value, sum(n for _, _, n in measured)
@@ -141,9 +144,13 @@ def residuals(live: dict[str, list[Trace]], sim: dict[str, Trace]) -> dict:
     for name, traces in live.items():
         for metric in ("ttft_s", "completion_s", "gap_s"):
             s = percentile(metric_values(sim[name].streams, metric), 50)
-            lv = statistics.median(percentile(metric_values(t.streams, metric), 50) for t in traces)
+            each = [v for t in traces if (v := percentile(metric_values(t.streams, metric), 50)) is not None]
+            lv = statistics.median(each) if each else None
             if s and lv:
                 out[f"{name} {metric}"] = round(lv / s, 3)
+        if name == REFUSED:  # no tokens: its heads are what was fitted
+            out[f"{name} head_span_s"] = round(statistics.median(head_span(t)[0] for t in traces)
+                                               / head_span(sim[name])[0], 3)
     return out
 
 
@@ -154,7 +161,7 @@ def fit_terms(profile: StepCostProfile, live: dict[str, list[Trace]], scenarios:
     from harness.runner import run_trace
     from harness.simulation import SimBackend
 
-    plain = {name: ts for name, ts in live.items() if name not in (PADDED, UNREAD)}
+    plain = {name: ts for name, ts in live.items() if name not in (PADDED, UNREAD, REFUSED)}
     serving, n_steps = fit_serving(profile, [t for ts in plain.values() for t in ts])
     profile = dataclasses.replace(profile, serving_s=serving, per_request_s=0.0, request_latency_s=0.0)
     bursts = {name: ts for name, ts in plain.items() if name != solo.name}
@@ -165,12 +172,18 @@ def fit_terms(profile: StepCostProfile, live: dict[str, list[Trace]], scenarios:
     profile = dataclasses.replace(profile, request_latency_s=max(0.0, statistics.median(diffs)))
     # Once more with the wake-up a burst's first request pays at an idle server, now fitted.
     profile = dataclasses.replace(profile, per_request_s=fit_per_request(profile, bursts, scenarios, passes=1)[0])
+    n_refused = 0
+    if live.get(REFUSED) and REFUSED in scenarios:  # from per_request_s, with the wake-up fitted
+        refused, n_refused = fit_per_request(dataclasses.replace(profile, refused_request_s=profile.per_request_s),
+                                             {REFUSED: live[REFUSED]}, scenarios, term="refused_request_s")
+        profile = dataclasses.replace(profile, refused_request_s=refused)
     return profile, {"decode_steps": n_steps, "burst_heads": n_heads, "lone_requests": len(diffs),
-                     "padded_streams": n_padded}
+                     "padded_streams": n_padded, "refused_heads": n_refused}
 
 
 PADDED = "cal_padded"  # its events carry padding, read at once: with UNREAD, it fits the per-byte terms
 UNREAD = "cal_unread"  # padded events written while their clients do not read: the server's write alone
+REFUSED = "cal_refused"  # a burst of bad requests: a refusal's core time (refused_request_s)
 
 
 def fit_bytes(profile: StepCostProfile, live: dict[str, list[Trace]], scenarios: dict) -> tuple[StepCostProfile, int]:
@@ -244,7 +257,8 @@ def _rounded(value):
     return value if isinstance(value, list) else float(f"{value:.4g}")
 
 
-SERVING_TERMS = ("serving_s", "serving_per_byte_s", "client_per_byte_s", "per_request_s", "request_latency_s")
+SERVING_TERMS = ("serving_s", "serving_per_byte_s", "client_per_byte_s", "per_request_s", "refused_request_s",
+                 "request_latency_s")
 
 
 def calibrate(model: str, engine_only: bool = False, say=print, repeats: int = REPEATS,
@@ -293,6 +307,7 @@ def calibrate(model: str, engine_only: bool = False, say=print, repeats: int = R
         "terms_fitted_on_each_round": spread, "live_over_sim_p50": fit})
     say(f"serving terms (live, {repeats} rounds together): a step's events -> ms beyond the engine "
         f"{_show('serving_s', profile.serving_s)}, per request {_show('per_request_s', profile.per_request_s)}, "
+        f"per refusal {_show('refused_request_s', profile.refused_request_s or 0.0)}, "
         f"lone request latency {_show('request_latency_s', profile.request_latency_s)}, "
         f"written to clients {_show('serving_per_byte_s', profile.serving_per_byte_s)}, "
         f"read by clients {_show('client_per_byte_s', profile.client_per_byte_s)}")

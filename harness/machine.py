@@ -39,8 +39,9 @@ MAX_AGE_S = 3600.0
 # How the fit is made; a fit cached by another way is made again. 2: per_request_s fitted through
 # the simulation (harness.calibrate.fit_per_request), not as a burst's head span over its heads.
 # 3: a byte's cost split into the server's write and the client's read (harness.calibrate.fit_bytes);
-# 4: the read does not wait for the server's queued work (harness.simulation.ServerCore.share).
-FIT = 4
+# 4: the read does not wait for the server's queued work (harness.simulation.ServerCore.share);
+# 5: a refused request's own core time (refused_request_s, from cal_refused).
+FIT = 5
 
 
 def cpu_quota() -> float | None:

@@ -65,6 +65,13 @@ TERMS = {
     "request_latency_s": "serving, live: what a lone request waits beyond that core time (connect, wake-ups "
                          "of the step thread and the event loop, the client's read): the median of a lone "
                          "request's live TTFT minus its simulated TTFT without this term",
+    "refused_request_s": "serving, live: the server's core time per request it refuses while reading it (a "
+                         "bad body, type, size or key: no tokenizing, no stream, a small JSON error), queued on "
+                         "the same core as per_request_s; chosen, as that term is, so that cal_refused's burst of "
+                         "24 refusals has its live head span in simulation. Apart from per_request_s because a "
+                         "refusal costs about half an admitted request (0.8 against 1.6 ms under a 0.5 CPU "
+                         "quota): charged a whole request each, bad_requests' refusals held its good requests "
+                         "in the simulation's queue for 24 ms where live they waited 7 (live/sim 0.42x in CI)",
     "reference_s": "the yardstick (harness/speed.py: transformers' own GPT-2 decode step at batch 1 and 8, "
                    "none of our engine's code), timed beside the engine terms on the machine that made them; "
                    "`pairs`: our engine's decode burst over the yardstick's burst beside it, per batch "
@@ -92,6 +99,7 @@ class StepCostProfile:
     client_per_byte_s: float = 0.0
     per_request_s: float = 0.0
     request_latency_s: float = 0.0
+    refused_request_s: float | None = None  # None: a refused request costs per_request_s (a fit before FIT 5)
     send_buffer_bytes: int = DEFAULT_SEND_BUFFER_BYTES  # to a client with the default receive buffer
     server_side_buffer_bytes: int = DEFAULT_SEND_BUFFER_BYTES // 2  # the server's share (`lab buffers`)
     read_window_bytes: list = field(default_factory=list)  # [[SO_RCVBUF, bytes one read returns], ...]
@@ -101,12 +109,17 @@ class StepCostProfile:
 
     def steps_scaled(self, k: float) -> "StepCostProfile":
         """The same server whose steps take k times as long: the engine and serving terms times k.
-        A request's own terms (per_request_s, request_latency_s) are not a step's and stay."""
+        A request's own terms (per_request_s, refused_request_s, request_latency_s) are not a
+        step's and stay."""
         return replace(self, decode_s=[[b, v * k] for b, v in self.decode_s], prefill_fixed_s=self.prefill_fixed_s * k,
                        prefill_per_token_s=self.prefill_per_token_s * k, idle_step_s=self.idle_step_s * k,
                        decode_per_context_token_s=self.decode_per_context_token_s * k,
                        serving_s=[[e, v * k] for e, v in self.serving_s], serving_per_byte_s=self.serving_per_byte_s * k,
                        client_per_byte_s=self.client_per_byte_s * k)
+
+    def request_cost(self, refused: bool) -> float:
+        """The server's core time for one request: one it refuses while reading it, or any other."""
+        return self.refused_request_s if refused and self.refused_request_s is not None else self.per_request_s
 
     def buffer_bytes(self, client_rcvbuf: int | None) -> int:
         """Unread bytes a connection holds before the server's writes block."""

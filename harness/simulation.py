@@ -304,8 +304,10 @@ class SimServer:
         rcvbuf = getattr(pc.group.behaviour, "recv_buffer_bytes", None)
 
         async def opener(path: str, body, headers):
+            # A bad request is one the server refuses while reading it: the profile's cost for a refusal.
+            cost = self.profile.request_cost(refused=pc.group.behaviour.kind == "bad_request")
             conn = SimConnection(self.profile.buffer_bytes(rcvbuf), latency, rate, self.step_clock.core,
-                                 self.profile.per_request_s, self.profile.request_latency_s,
+                                 cost, self.profile.request_latency_s,
                                  self.profile.read_window(rcvbuf), up, self._idle, self.profile.serving_per_byte_s,
                                  self.profile.client_per_byte_s)
             raw = body if isinstance(body, bytes) else json.dumps(body).encode()

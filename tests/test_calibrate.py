@@ -6,9 +6,10 @@ import dataclasses
 
 import pytest
 
-from harness.calibrate import PADDED, UNREAD, calibration_scenarios, fit_bytes, fit_per_request, head_span
+from harness.calibrate import PADDED, REFUSED, UNREAD, calibration_scenarios, fit_bytes, fit_per_request, head_span
 from harness.profile import load_profile
 from harness.runner import run_trace
+from harness.scenario import SCENARIOS_DIR, load
 from harness.simulation import SimBackend
 
 
@@ -42,3 +43,25 @@ def test_a_bytes_cost_is_split_into_the_servers_write_and_the_clients_read():
     one_term, _ = fit_bytes(profile, {PADDED: live[PADDED]}, scenarios)  # no cal_unread: both in one term
     assert one_term.client_per_byte_s == 0.0
     assert one_term.serving_per_byte_s > 1.5 * 12e-9
+
+
+def test_a_refusal_is_fitted_on_its_own_burst_and_charged_only_to_bad_requests():
+    """A 'live' burst of refusals simulated with a known refusal cost: the fit finds it again,
+    starting from an admitted request's cost; and in bad_requests a cheaper refusal lets the good
+    requests behind the refusals start sooner, while a run with no bad request is unchanged."""
+    profile = dataclasses.replace(load_profile("tiny"), per_request_s=0.0016)
+    known = dataclasses.replace(profile, refused_request_s=0.0005)
+    burst = {s.name: s for s in calibration_scenarios("tiny") if s.name == REFUSED}
+    live = {REFUSED: [run_trace(burst[REFUSED], SimBackend(known))[0]]}
+    fitted, heads = fit_per_request(dataclasses.replace(profile, refused_request_s=profile.per_request_s), live,
+                                    burst, term="refused_request_s")
+    assert heads == 24
+    assert fitted == pytest.approx(0.0005, rel=0.1)
+    bad = load(SCENARIOS_DIR / "bad_requests.yaml")
+    whole = run_trace(bad, SimBackend(dataclasses.replace(profile, refused_request_s=None)))[0]
+    cheap = run_trace(bad, SimBackend(known))[0]
+    assert max(s.head_at - s.sent_at for s in cheap.streams if s.group != "good") < \
+        max(s.head_at - s.sent_at for s in whole.streams if s.group != "good")
+    plain = load(SCENARIOS_DIR / "overlap_4.yaml")
+    assert [s.token_times for s in run_trace(plain, SimBackend(known))[0].streams] == \
+        [s.token_times for s in run_trace(plain, SimBackend(profile))[0].streams]
