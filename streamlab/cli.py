@@ -46,9 +46,13 @@ def build_parser() -> argparse.ArgumentParser:
     for name, entry in registered_commands().items():
         sub.add_parser(name, help=f"registered by {entry.module} (`streamlab {name} --help`)", add_help=False)
 
-    export = sub.add_parser("export", help="write a model as a transformers folder (weights, config, tokenizer)")
+    export = sub.add_parser("export", help="write a model for another stack: a transformers folder (weights, config, "
+                                           "tokenizer) or a GGUF file for llama.cpp")
     export.add_argument("model", help=model_help)
     export.add_argument("folder", type=Path, help="folder to write (created if missing)")
+    export.add_argument("--format", dest="export_format", choices=["transformers", "gguf"], default="transformers",
+                        help="transformers: a model folder (transformers serve, vLLM); gguf: FOLDER/MODEL.f32.gguf "
+                             "(llama.cpp's llama-server)")
 
     bench = sub.add_parser("bench", help="benchmarks")
     bench_sub = bench.add_subparsers(dest="bench", required=True)
@@ -121,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "export":
         from streamlab.export import export_model
 
-        console.print(f"wrote {export_model(loaded, args.folder)}")
+        console.print(f"wrote {export_model(loaded, args.folder, args.export_format)}")
         return 0
     if args.command == "bench" and args.bench == "step":
         from streamlab.bench_step import run_step_bench, write_json
