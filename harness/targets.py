@@ -80,9 +80,10 @@ PROFILES: dict[str, Profile] = {p.name: p for p in [
     Profile(name="sglang", description="SGLang (--enable-metrics): running, queue and token usage gauges",
             gauges=Gauges(running="sglang:num_running_reqs", waiting="sglang:num_queue_reqs",
                           cache_in_use="sglang:token_usage")),
+    # llama.cpp b11434 (scraped here): no KV-cache gauge; `kv_cache_tokens` was removed upstream
+    # (llama.cpp PRs 13660 and 22879), so the cache in use is not observable there.
     Profile(name="llamacpp", description="llama.cpp's llama-server (--metrics): processing and deferred",
-            gauges=Gauges(running="llamacpp:requests_processing", waiting="llamacpp:requests_deferred",
-                          cache_in_use="llamacpp:kv_cache_tokens")),
+            gauges=Gauges(running="llamacpp:requests_processing", waiting="llamacpp:requests_deferred")),
     Profile(name="llamacpp-slots", description="llama.cpp's llama-server /slots: slots processing",
             gauges=Gauges(source="llamacpp_slots", path="/slots", running="is_processing")),
     Profile(name="generic", description="any OpenAI-compatible server: only what a client sees",

@@ -20,14 +20,15 @@ from tests.stub_target import stub_app
 
 FIXTURES = Path(__file__).parent / "fixtures" / "targets"
 
-# profile -> (fixture, running, waiting, cache_in_use): values written into each fixture from
-# the project's documented format, label sets summed.
+# profile -> (fixture, running, waiting, cache_in_use), label sets summed. A fixture named with a
+# version was scraped from that server running here (llama.cpp: three streams on two slots);
+# the others were written from the project's documented format.
 PARSED = {
     "vllm": ("vllm.prom", 4.0, 2.0, 0.25),
     "tgi": ("tgi.prom", 4.0, 1.0, None),
     "sglang": ("sglang.prom", 5.0, 7.0, 0.28),
-    "llamacpp": ("llamacpp.prom", 2.0, 1.0, 96.0),
-    "llamacpp-slots": ("llamacpp_slots.json", 2.0, None, None),
+    "llamacpp": ("llamacpp-b11434.prom", 2.0, 1.0, None),
+    "llamacpp-slots": ("llamacpp_slots-b11434.json", 2.0, None, None),
 }
 
 
