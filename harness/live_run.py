@@ -17,7 +17,7 @@ from harness import timing
 from harness.trace import ServerBooks
 from harness.faults import ToxiproxyClient, ProxyHandle, ToxiproxyServer, find_binary
 from harness.h2client import H2Exchange
-from harness.live import RunningServer, ServerProcess, TargetProcess, export_folder
+from harness.live import RunningServer, ServerProcess, TargetProcess, export_folder, export_gguf_file
 from harness.nginx import Nginx, ensure_certificate, nginx_unavailable
 from harness.plan import PlannedClient
 from harness.profile import load_profile
@@ -50,6 +50,9 @@ def live_unavailable(scenario: Scenario | None = None, target: Target | None = N
         return "toxiproxy-server is not installed: run `scripts/dev setup`"
     if scenario is not None and scenario.server.proxy is not None:
         return nginx_unavailable()
+    if external and target.command and any("{llama_server}" in part for part in target.command):
+        from harness.engines import llama_server_missing
+        return llama_server_missing()
     return None
 
 
@@ -182,9 +185,16 @@ class LiveBackend:
             return ServerProcess(scenario.server.serve_args() + ["--log-level", "warning"]), scenario.server.model
         if t.url is not None:
             return RunningServer(t.port, t.health), t.model
-        folder = export_folder(scenario.server.model, EXPORTS / f"{scenario.server.model}-hf")
-        fill = {"model_dir": str(folder), "model": scenario.server.model}
-        return TargetProcess(t.name, t.command, fill, t.health, t.start_deadline_s), t.model or str(folder)
+        from streamlab.models import PRESETS
+        model, batch = scenario.server.model, scenario.server.max_batch
+        positions = PRESETS[model].shape.n_positions if model in PRESETS else 1024
+        fill = {"model": model, "max_batch": str(batch), "context": str(batch * positions)}
+        served = scenario.server.model
+        if any("{model_dir}" in part for part in t.command):
+            served = fill["model_dir"] = str(export_folder(scenario.server.model, EXPORTS / f"{scenario.server.model}-hf"))
+        if any("{model_gguf}" in part for part in t.command):
+            served = fill["model_gguf"] = str(export_gguf_file(scenario.server.model, EXPORTS))
+        return TargetProcess(t.name, t.command, fill, t.health, t.start_deadline_s), t.model or served
 
     @asynccontextmanager
     async def serving(self, scenario: Scenario):

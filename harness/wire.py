@@ -153,8 +153,8 @@ class OpenAIWire:
 
     def error_type(self, reply: dict) -> str | None:
         err = reply.get("error")
-        if isinstance(err, dict):
-            return err.get("code") or err.get("type")
+        if isinstance(err, dict):  # OpenAI's code is a string; llama.cpp puts the HTTP status there
+            return err["code"] if isinstance(err.get("code"), str) else err.get("type")
         if isinstance(err, str):
             return err
         return "detail" if "detail" in reply else None  # FastAPI's own validation body: {"detail": [...]}

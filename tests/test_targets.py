@@ -12,7 +12,7 @@ from harness.live_run import live_unavailable
 from harness.runner import RunContext, run_scenario
 from harness.scenario import Scenario, load_by_name
 from harness.registry import BY_NAME, unobservable
-from harness.targets import FINDINGS, PEER_SCENARIOS, PROFILES, TARGETS, Target, read_gauges, resolve_target
+from harness.targets import FINDINGS, PEER_SCENARIOS, PROFILES, TARGETS, UNSETTLED, Target, read_gauges, resolve_target
 from harness.wire import OpenAIWire
 from streamlab.sse import SSEParser
 from tests.live import AppServer, running
@@ -174,20 +174,26 @@ def test_our_openai_route_gives_the_native_routes_verdicts(name):
     assert all(c.observed for c in openai.checks), "our own server: every check observable"
 
 
-# ---- the real peer: transformers serve --continuous-batching ----
+# ---- the real peers: transformers serve --continuous-batching, llama.cpp's llama-server ----
+
+REAL_PEERS = ["transformers-serve", "llamacpp"]
+
 
 @pytest.mark.slow
+@pytest.mark.parametrize("peer", REAL_PEERS)
 @pytest.mark.parametrize("name", PEER_SCENARIOS)
-def test_transformers_serve_through_toxiproxy(name):
+def test_a_real_peer_through_toxiproxy(name, peer):
     scenario = load_by_name(name)
-    if live_unavailable(scenario, TARGETS["transformers-serve"]):
-        pytest.skip(live_unavailable(scenario, TARGETS["transformers-serve"]))
-    outcome = run_scenario(scenario, "live", RunContext(results_dir=None, target=TARGETS["transformers-serve"]))
-    findings = FINDINGS.get(("transformers-serve", name), {})
+    if live_unavailable(scenario, TARGETS[peer]):
+        pytest.skip(live_unavailable(scenario, TARGETS[peer]))
+    outcome = run_scenario(scenario, "live", RunContext(results_dir=None, target=TARGETS[peer]))
+    findings = FINDINGS.get((peer, name), {})
     got = {c.name: c for c in outcome.checks}
     for check in outcome.checks:
-        if not check.observed:  # the profile cannot show it, or the run gave it nothing to compare
-            assert check.name in unobservable(PROFILES["transformers-serve"]) or check.compared == 0, check.line()
+        if check.name in UNSETTLED.get((peer, name), {}):
+            print(f"{peer} {name} {check.line()} (unsettled: reported, not asserted)")
+        elif not check.observed:  # the profile cannot show it, or the run gave it nothing to compare
+            assert check.name in unobservable(TARGETS[peer].profile_spec) or check.compared == 0, check.line()
         elif check.name in findings:
             assert not check.passed, f"{check.name} held on the peer; the finding {findings[check.name]!r} is stale"
         else:
