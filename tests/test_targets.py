@@ -21,10 +21,11 @@ from tests.stub_target import stub_app
 FIXTURES = Path(__file__).parent / "fixtures" / "targets"
 
 # profile -> (fixture, running, waiting, cache_in_use), label sets summed. A fixture named with a
-# version was scraped from that server running here (llama.cpp: three streams on two slots);
+# version was scraped from that server running here (llama.cpp: three streams on two slots;
+# vLLM: four on two sequences);
 # the others were written from the project's documented format.
 PARSED = {
-    "vllm": ("vllm.prom", 4.0, 2.0, 0.25),
+    "vllm": ("vllm-0.32.0.prom", 2.0, 2.0, 0.0007328691828508704),
     "tgi": ("tgi.prom", 4.0, 1.0, None),
     "sglang": ("sglang.prom", 5.0, 7.0, 0.28),
     "llamacpp": ("llamacpp-b11434.prom", 2.0, 1.0, None),
