@@ -157,9 +157,9 @@ class ServerProcess:
 
 
 class TargetProcess(ServerProcess):
-    """Another server, started from a target's command with {port}, {model}, {max_batch},
-    {model_dir} or {model_gguf} (the model exported), {transformers} (the `transformers` script
-    beside this Python) and {llama_server} (harness.engines) filled in. It keeps its own
+    """Another server, started from a target's command with {port}, {transformers} (the
+    `transformers` script beside this Python) and the endpoint's `fill` (harness.live_run: the
+    model exported, the engine's binary) filled in. It keeps its own
     OpenMP wait policy rather than the passive one streamlab sets for itself: measured faster for
     transformers serve (85-90 against 77-81 tokens/s at 32 streams in a side run). Its torch
     threads follow the same rule as ours (harness.cores), so the two are compared on equal cores."""
@@ -176,11 +176,6 @@ class TargetProcess(ServerProcess):
     def command(self, serve_args: list[str]) -> list[str]:
         values = {"transformers": str(Path(sys.executable).with_name("transformers")), **self.fill,
                   "port": str(self.port)}
-        if any("{llama_server}" in part for part in self.template):
-            from harness.engines import llama_server, llama_server_missing
-            if llama_server() is None:
-                raise RuntimeError(f"{self.name}: {llama_server_missing()}")
-            values["llama_server"] = str(llama_server())
         return [part.format(**values) for part in self.template]
 
     async def is_healthy(self) -> bool:
@@ -226,7 +221,9 @@ class RunningServer:
 
 def export_gguf_file(model: str, folder: Path) -> Path:
     """A streamlab model as one GGUF file for llama.cpp (exported once)."""
-    path = folder / f"{Path(model).name}.f32.gguf"
+    from streamlab.export import gguf_path
+
+    path = gguf_path(folder, model)
     if not path.exists():
         subprocess.run([sys.executable, "-m", "streamlab.cli", "export", model, str(folder), "--format", "gguf"],
                        check=True, stdout=subprocess.DEVNULL)

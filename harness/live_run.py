@@ -50,7 +50,7 @@ def live_unavailable(scenario: Scenario | None = None, target: Target | None = N
         return "toxiproxy-server is not installed: run `scripts/dev setup`"
     if scenario is not None and scenario.server.proxy is not None:
         return nginx_unavailable()
-    if external and target.command and any("{llama_server}" in part for part in target.command):
+    if external and target.uses("llama_server"):
         from harness.engines import llama_server_missing
         return llama_server_missing()
     return None
@@ -189,11 +189,16 @@ class LiveBackend:
         model, batch = scenario.server.model, scenario.server.max_batch
         positions = PRESETS[model].shape.n_positions if model in PRESETS else 1024
         fill = {"model": model, "max_batch": str(batch), "context": str(batch * positions)}
-        served = scenario.server.model
-        if any("{model_dir}" in part for part in t.command):
-            served = fill["model_dir"] = str(export_folder(scenario.server.model, EXPORTS / f"{scenario.server.model}-hf"))
-        if any("{model_gguf}" in part for part in t.command):
-            served = fill["model_gguf"] = str(export_gguf_file(scenario.server.model, EXPORTS))
+        served = model
+        if t.uses("model_dir"):
+            served = fill["model_dir"] = str(export_folder(model, EXPORTS / f"{model}-hf"))
+        if t.uses("model_gguf"):
+            served = fill["model_gguf"] = str(export_gguf_file(model, EXPORTS))
+        if t.uses("llama_server"):
+            from harness.engines import llama_server, llama_server_missing
+            if llama_server() is None:
+                raise RuntimeError(f"{t.name}: {llama_server_missing()}")
+            fill["llama_server"] = str(llama_server())
         return TargetProcess(t.name, t.command, fill, t.health, t.start_deadline_s), t.model or served
 
     @asynccontextmanager

@@ -130,6 +130,10 @@ class Target(Strict):
             raise ValueError("a target without url or command is our own streamlab serve: profile streamlab")
         return self
 
+    def uses(self, placeholder: str) -> bool:
+        """The command names {placeholder}: the endpoint fills it (harness.live_run)."""
+        return any("{" + placeholder + "}" in part for part in self.command or [])
+
     @property
     def own_server(self) -> bool:
         return self.url is None and self.command is None

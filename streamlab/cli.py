@@ -10,6 +10,7 @@ from pathlib import Path
 from streamlab import options
 from streamlab.config import ServiceConfig
 from streamlab.errors import ModelLoadError
+from streamlab.export import FORMATS
 from streamlab.models import PRESETS
 from streamlab.options import add_serve_options
 
@@ -50,7 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
                                            "tokenizer) or a GGUF file for llama.cpp")
     export.add_argument("model", help=model_help)
     export.add_argument("folder", type=Path, help="folder to write (created if missing)")
-    export.add_argument("--format", dest="export_format", choices=["transformers", "gguf"], default="transformers",
+    export.add_argument("--format", dest="export_format", choices=FORMATS, default="transformers",
                         help="transformers: a model folder (transformers serve, vLLM); gguf: FOLDER/MODEL.f32.gguf "
                              "(llama.cpp's llama-server)")
 

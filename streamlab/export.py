@@ -22,10 +22,15 @@ FORMATS = ("transformers", "gguf")
 _CONV1D = (".c_attn.weight", ".c_proj.weight", ".c_fc.weight")
 
 
+def gguf_path(folder: Path, model: str) -> Path:
+    """Where `export --format gguf` writes `model` in `folder`."""
+    return folder / f"{Path(model).name}.f32.gguf"
+
+
 def export_model(loaded: LoadedModel, folder: Path, fmt: str = "transformers") -> Path:
     """Write `loaded` into `folder` in `fmt`; returns the folder (transformers) or the file (gguf)."""
     if fmt == "gguf":
-        return export_gguf(loaded, folder / f"{Path(loaded.name).name}.f32.gguf")
+        return export_gguf(loaded, gguf_path(folder, loaded.name))
     if fmt != "transformers":
         raise ValueError(f"unknown export format {fmt!r}; expected one of {', '.join(FORMATS)}")
     folder.mkdir(parents=True, exist_ok=True)
