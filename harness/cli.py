@@ -216,13 +216,12 @@ def _suite(console: Console, ctx, mode: str, pattern: str, update_baseline: bool
                 continue
             outcome = _run(console, scenario, m, ctx)
             if outcome.trace.mode == "live" and outcome.sim is not None:
-                first, second = (t or outcome.sim for t in outcome.paced)
-                parity_data += parity_rows(scenario, outcome.trace, first, outcome.again, second)
-                unpaced_data += parity_rows(scenario, outcome.trace, outcome.sim, outcome.again)
+                runs = [r.trace for r in outcome.runs]
+                parity_data += parity_rows(scenario, [(r.trace, r.paced or outcome.sim) for r in outcome.runs])
+                unpaced_data += parity_rows(scenario, [(t, outcome.sim) for t in runs])
                 traces = ctx.references.traces
                 if ctx.parity_mode != "sim" and (scenario.name, "sim") in traces:
-                    committed_data += parity_rows(scenario, outcome.trace, traces[(scenario.name, "sim")],
-                                                  outcome.again)
+                    committed_data += parity_rows(scenario, [(t, traces[(scenario.name, "sim")]) for t in runs])
             controls = [c.name for c in outcome.checks if c.expected_to_fail]
             checks = f"{sum(c.ok for c in outcome.checks)}/{len(outcome.checks)}"
             checks += f" (control: {', '.join(controls)} failed as designed)" if controls and outcome.ok else ""

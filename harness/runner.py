@@ -102,9 +102,8 @@ class Outcome:
     scenario: Scenario
     trace: Trace
     checks: list[CheckResult]
-    again: Trace | None = None  # a second live run, when a timing check needed it (harness.timing AGAIN)
+    runs: list = field(default_factory=list)  # harness.timing.Run: `trace`'s, then any more a timing check needed (AGAIN)
     sim: Trace | None = None  # live: the simulation its gate was judged against (this machine's profile)
-    paced: list = field(default_factory=lambda: [None, None])  # live: parity's simulation at each run's pace, None: `sim`
 
     @property
     def ok(self) -> bool:
@@ -148,24 +147,22 @@ def run_scenario(scenario: Scenario, mode: str, ctx: RunContext, progress=None) 
         return refs.session_trace(ctx.prepared(s), m, ctx.backends[m])
     sim = session(scenario, ctx.parity_mode) if live and "sim" in scenario.modes else None
     baselines = refs.latency_baselines(scenario, trace, ctx.loader, lambda s: session(s, mode))
-    paced = [refs.at_the_pace(scenario, trace, sim, ctx.backends[ctx.parity_mode]), None]
-    timed = timing.judge(scenario, trace, baselines, ctx.baselines, sim, ctx.judge_parity_timing, paced=tuple(paced))
-    again = None
-    if live and timing.wants_again(timed, scenario.expect.expect_failure):
+    runs = [timing.Run(trace, baselines, refs.at_the_pace(scenario, trace, sim, ctx.backends[ctx.parity_mode]))]
+    timed = timing.judge(scenario, runs, ctx.baselines, sim, ctx.judge_parity_timing)
+    while live and len(runs) < timing.RUNS and timing.wants_again(timed, scenario.expect.expect_failure):
         # AGAIN (harness.timing): the scenario runs once more, then its baseline scenarios just
         # after it, so a latency ratio is formed within one back-to-back pair.
         again = run_trace(scenario, ctx.backends[mode], time_engine=True)[0]
         fresh = refs.latency_baselines(scenario, again, ctx.loader,
                                        lambda s: run_trace(ctx.prepared(s), ctx.backends[mode])[0])
-        paced[1] = refs.at_the_pace(scenario, again, sim, ctx.backends[ctx.parity_mode])
-        timed = timing.judge(scenario, trace, baselines, ctx.baselines, sim, ctx.judge_parity_timing,
-                             again=(again, fresh), paced=tuple(paced))
+        runs.append(timing.Run(again, fresh, refs.at_the_pace(scenario, again, sim, ctx.backends[ctx.parity_mode])))
+        timed = timing.judge(scenario, runs, ctx.baselines, sim, ctx.judge_parity_timing)
     checks = run_checks(scenario, trace, solo, timed)
     if ctx.results_dir is not None:
         from harness.report import timeline_png, write_result
         write_result(trace, checks, ctx.results_dir, baseline_figures=timing.baseline_figures(trace, sim))
         timeline_png(trace, ctx.results_dir)
-    return Outcome(scenario, trace, checks, again, sim, paced)
+    return Outcome(scenario, trace, checks, runs, sim)
 
 
 def simulate(scenario: Scenario, progress=None) -> tuple[Trace, list[PlannedClient]]:

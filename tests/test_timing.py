@@ -2,7 +2,7 @@
 
 A trace 3x slower with the same shape (a slower machine) passes; an engine 1.5x slower fails on
 any machine; a first token two steps late fails the simulated gate; one noisy live run is judged
-again on two, and a real regression, slow in both, still fails.
+again with up to two more, and a real regression, slow in each, still fails.
 """
 
 from __future__ import annotations
@@ -69,13 +69,15 @@ def test_a_live_trace_three_times_slower_with_the_same_shape_passes_the_gate(ove
     assert not timing.regression(stretched(live, 6.0), committed, sim).passed
 
 
-def test_the_live_gate_takes_the_better_of_two_runs_and_still_fails_a_real_regression(overlap_4):
+def test_the_live_gate_takes_the_best_run_and_still_fails_a_real_regression(overlap_4):
     scenario, sim = overlap_4
     committed = {scenario.name: {"live": timing.baseline_figures(stretched(sim, 1.0, "live"), sim)}}  # live/sim 1.0
     stalled, fine = stretched(sim, 8.0, "live"), stretched(sim, 1.2, "live")  # 8 x ~110 ms > 3 x 110 + 250 ms
     assert not timing.regression(stalled, committed, sim).passed
-    assert timing.regression(stalled, committed, sim, again=fine).passed  # one stalled run is not a regression
-    assert not timing.regression(stalled, committed, sim, again=stretched(sim, 7.0, "live")).passed  # slow twice is
+    assert timing.regression(stalled, committed, sim, again=[fine]).passed  # one stalled run is not a regression
+    assert timing.regression(stalled, committed, sim, again=[stalled, fine]).passed  # nor two, with a third fine
+    assert not timing.regression(stalled, committed, sim, again=[stretched(sim, 7.0, "live")]).passed  # slow twice is
+    assert not timing.regression(stalled, committed, sim, again=[stalled, stretched(sim, 7.0, "live")]).passed
 
 
 def test_a_live_baseline_is_a_ratio_to_the_simulation():
@@ -119,8 +121,9 @@ def test_drift_passes_a_slower_machine_and_fails_a_slower_engine(overlap_4):
     assert not timing.drift(with_engine(sim, 4.5, 3.0)).passed  # on a slower machine too
     assert not timing.drift(with_engine(sim, 0.5, 1 / 3)).passed  # and on a faster one
     live = _mode(with_engine(sim, 1.5, 1.0))
-    assert timing.drift(live, again=_mode(with_engine(sim, 1.1, 1.0))).passed  # live: one noisy run
-    assert not timing.drift(live, again=_mode(with_engine(sim, 1.45, 1.0))).passed  # slow twice
+    assert timing.drift(live, again=[_mode(with_engine(sim, 1.1, 1.0))]).passed  # live: one noisy run
+    assert not timing.drift(live, again=[_mode(with_engine(sim, 1.45, 1.0))]).passed  # slow twice
+    assert not timing.drift(live, again=[live, _mode(with_engine(sim, 1.45, 1.0))]).passed  # three times
     unmeasured = _mode(copy.deepcopy(sim))
     unmeasured.step_timing = {}
     assert timing.drift(unmeasured).passed is None  # not measured: not observable, never passed
@@ -179,7 +182,7 @@ def test_the_lab_step_slowdown_fails_drift_in_simulation():
 
 # ---- a scenario's own latency bounds: ratios within one back-to-back pair ----
 
-def test_a_live_latency_ratio_takes_the_better_of_two_pairs_and_still_fails_a_real_stall():
+def test_a_live_latency_ratio_takes_the_best_pair_and_still_fails_a_real_stall():
     """overlap_8's gap against overlap_1's: each pair is a run of the scenario and of its baseline;
     one pair slowed by the shared machine passes on the other, a stall in both fails."""
     def trace(name: str, gap_s: float):
@@ -191,27 +194,35 @@ def test_a_live_latency_ratio_takes_the_better_of_two_pairs_and_still_fails_a_re
     one = {"overlap_1": trace("overlap_1", 0.0005)}
     slow, fine = trace("overlap_8", 0.0025), trace("overlap_8", 0.0012)
     assert not timing.latency(scenario, slow, one).passed
-    check = timing.latency(scenario, slow, one, (fine, {"overlap_1": trace("overlap_1", 0.0006)}))
+    check = timing.latency(scenario, slow, one, [(fine, {"overlap_1": trace("overlap_1", 0.0006)})])
     assert check.passed and "better of 2 runs" in check.figure
+    check = timing.latency(scenario, slow, one, [(slow, one), (fine, {"overlap_1": trace("overlap_1", 0.0006)})])
+    assert check.passed and "best of 3 runs" in check.figure
     # The ratio is judged within a pair: a fast baseline in the second pair does not rescue it.
-    assert not timing.latency(scenario, slow, one, (fine, {"overlap_1": trace("overlap_1", 0.0002)})).passed
-    assert not timing.latency(scenario, slow, one, (trace("overlap_8", 0.0030), one)).passed
+    assert not timing.latency(scenario, slow, one, [(fine, {"overlap_1": trace("overlap_1", 0.0002)})]).passed
+    assert not timing.latency(scenario, slow, one, [(trace("overlap_8", 0.0030), one)]).passed
+    assert not timing.latency(scenario, slow, one, [(slow, one), (trace("overlap_8", 0.0030), one)]).passed
 
 
 # ---- parity: the same rule ----
 
-def test_parity_takes_the_better_of_two_runs_and_never_retries_a_token_difference(overlap_4):
+def test_parity_takes_the_best_run_and_never_retries_a_token_difference(overlap_4):
     scenario, sim = overlap_4
-    assert timing.parity(scenario, stretched(sim, 1.2), sim).passed
-    slow = timing.parity(scenario, stretched(sim, 1.6), sim)
+
+    def judged(*factors: float, **kw):
+        return timing.parity(scenario, [(stretched(sim, f), sim) for f in factors], **kw)
+    assert judged(1.2).passed
+    slow = judged(1.6)
     assert not slow.passed and timing.timing_only(slow)  # completion 1.6x is out of [0.7, 1.4]
-    assert timing.parity(scenario, stretched(sim, 1.6), sim, again=stretched(sim, 1.1)).passed
-    assert not timing.parity(scenario, stretched(sim, 1.6), sim, again=stretched(sim, 1.5)).passed
-    assert not timing.parity(scenario, stretched(sim, 0.5), sim, again=stretched(sim, 1.5)).passed
-    assert timing.parity(scenario, stretched(sim, 1.6), sim, judge_timing=False).passed  # reported only
+    assert judged(1.6, 1.1).passed
+    assert judged(1.6, 1.5, 1.1).passed and "3 live runs" in judged(1.6, 1.5, 1.1).figure
+    assert not judged(1.6, 1.5).passed
+    assert not judged(1.6, 1.5, 1.45).passed  # slow in every run
+    assert not judged(0.5, 1.5).passed
+    assert judged(1.6, judge_timing=False).passed  # reported only
     changed = stretched(sim, 1.0)
     changed.streams[0].token_ids[3] += 1
-    tokens = timing.parity(scenario, changed, sim)
+    tokens = timing.parity(scenario, [(changed, sim)])
     assert not tokens.passed and not timing.timing_only(tokens)
 
 
@@ -245,10 +256,10 @@ def test_parity_is_judged_at_the_pace_the_live_server_stepped(overlap_4):
     slow.mode = "live"
     k = timing.pace(slow, sim, profile)
     assert k is not None and 1.5 < k < 1.7, k
-    assert not timing.parity(scenario, slow, sim).passed
+    assert not timing.parity(scenario, [(slow, sim)]).passed
     paced = runner.RunContext().references.at_the_pace(scenario, slow, sim, backend)
     assert paced is not None and any(n.startswith(timing.PACED) for n in paced.notes)
-    assert timing.parity(scenario, slow, paced).passed
+    assert timing.parity(scenario, [(slow, paced)]).passed
     steady = _mode(copy.deepcopy(sim))
     assert timing.pace(steady, sim, profile) == pytest.approx(1.0)
     assert runner.RunContext().references.at_the_pace(scenario, steady, sim, backend) is None
