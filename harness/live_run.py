@@ -185,7 +185,7 @@ class LiveBackend:
             return ServerProcess(scenario.server.serve_args() + ["--log-level", "warning"]), scenario.server.model
         if t.url is not None:
             return RunningServer(t.port, t.health), t.model
-        from streamlab.models import PRESETS
+        from streamlab.presets import PRESETS
         model, batch = scenario.server.model, scenario.server.max_batch
         positions = PRESETS[model].shape.n_positions if model in PRESETS else 1024
         fill = {"model": model, "max_batch": str(batch), "context": str(batch * positions)}

@@ -22,7 +22,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from build_tokenizer import corpus  # noqa: E402
 
-from streamlab.models import PRESETS, hf_config_for  # noqa: E402
+from streamlab.models import hf_config_for  # noqa: E402
+from streamlab.presets import PRESETS  # noqa: E402
 from streamlab.tokenizer import shipped_tokenizer  # noqa: E402
 
 OUT = Path(__file__).resolve().parent.parent / "streamlab" / "assets" / "stdlib-small.safetensors"

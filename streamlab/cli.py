@@ -11,7 +11,7 @@ from streamlab import options
 from streamlab.config import ServiceConfig
 from streamlab.errors import ModelLoadError
 from streamlab.export import FORMATS
-from streamlab.models import PRESETS
+from streamlab.presets import PRESETS
 from streamlab.options import add_serve_options
 
 
@@ -97,6 +97,12 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] and argv[0] in registered:
         return registered[argv[0]].load()(argv[1:])
     args = build_parser().parse_args(argv)
+    try:
+        import torch  # noqa: F401  (every command below runs our engine)
+    except ImportError as exc:
+        print(f"streamlab {args.command}: our engine is not installed ({exc}): pip install 'streamlab[engine]'",
+              file=sys.stderr)
+        return 2
     if args.command == "serve":
         from streamlab.models import load_model
         from streamlab.server import serve

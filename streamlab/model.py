@@ -26,20 +26,7 @@ import torch.nn.functional as F
 
 from streamlab import paged_kernel
 from streamlab.engine.cache import KVCache
-
-
-@dataclass(frozen=True)
-class GPT2Shape:
-    vocab_size: int
-    n_positions: int
-    n_embd: int
-    n_layer: int
-    n_head: int
-    layer_norm_epsilon: float = 1e-5
-
-    @property
-    def head_dim(self) -> int:
-        return self.n_embd // self.n_head
+from streamlab.presets import GPT2Shape
 
 
 @dataclass

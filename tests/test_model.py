@@ -106,7 +106,8 @@ def test_paged_attention_rows_do_not_depend_on_the_group_size():
     threads: a sequence's attention output has the same bits in a group of any size."""
     from types import SimpleNamespace
 
-    from streamlab.model import GPT2, AttentionGroup, GPT2Shape
+    from streamlab.model import GPT2, AttentionGroup
+    from streamlab.presets import GPT2Shape
 
     shape = GPT2Shape(8192, 1024, 768, 1, 12)
     fake = SimpleNamespace(shape=shape, scale=1 / 8)

@@ -17,7 +17,8 @@ from harness.live import TargetProcess
 from streamlab.config import CacheConfig, EngineConfig
 from streamlab.engine.engine import BatchEngine
 from streamlab.export import export_model
-from streamlab.models import PRESETS, load_model
+from streamlab.models import load_model
+from streamlab.presets import PRESETS
 from streamlab.prompts import shipped_prompts
 from streamlab.sampling import SamplingParams, top2_margin
 from tests.helpers import drain
