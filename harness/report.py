@@ -4,6 +4,7 @@ is harness/trace.py; verdicts are the checks'."""
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import asdict
 from pathlib import Path
 
@@ -40,11 +41,17 @@ def group_table(trace: Trace) -> Table:
     return table
 
 
+def result_stem(trace: Trace) -> str:
+    """A run's result files' name: a URL target's mode (live@http://127.0.0.1:8000) made one
+    file name."""
+    return re.sub(r"[^\w.@-]+", "_", f"{trace.scenario}-{trace.mode}")
+
+
 def write_result(trace: Trace, checks: list, out_dir: Path, baseline_figures: dict | None = None) -> Path:
     """The run's JSON: its trace, its checks, and the figures a baseline would keep of it
     (`streamlab scenario baseline` reads them back)."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / f"{trace.scenario}-{trace.mode}.json"
+    path = out_dir / f"{result_stem(trace)}.json"
     data = json.loads(trace.to_json())
     data["wall_s"] = trace.wall_s
     data["step_timing"] = trace.step_timing
@@ -62,7 +69,7 @@ def timeline_png(trace: Trace, out_dir: Path) -> Path:
     import matplotlib.pyplot as plt
 
     out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / f"{trace.scenario}-{trace.mode}.png"
+    path = out_dir / f"{result_stem(trace)}.png"
     streams = trace.streams
     releases = {rid: recs[-1] for rid, recs in trace.release_by_request().items()}
     groups = list(dict.fromkeys(s.group for s in streams))
