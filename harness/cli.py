@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -101,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
         console.print(profile)
         console.print(f"wrote {profile.save()}")
         return 0
-    from harness.runner import RunContext, mode_refused
+    from harness.runner import RunContext, engine_refused, mode_refused
     from harness.targets import resolve_target
     try:
         target = None if args.target is None else resolve_target(args.target, args.target_api, args.target_model,
@@ -117,9 +118,9 @@ def main(argv: list[str] | None = None) -> int:
             console.print(f"[red]{exc}[/]")
             return 2
         mode = args.mode or ("live" if target is not None else "sim")
-        refused = mode_refused(scenario, mode)
+        refused = mode_refused(scenario, mode) or engine_refused(mode, ctx)
         if refused:  # before any machine fit it would otherwise wait for
-            console.print(f"[red]{args.file}: {refused}[/]", markup=True, highlight=False)
+            console.print(f"[red]{escape(f'{args.file}: {refused}')}[/]", markup=True, highlight=False)
             return 2
         if mode == "live" and args.parity_profile == "machine":
             _fit_machine_profile(console, ctx, [args.file], args.refit)
@@ -145,7 +146,10 @@ def _run(console: Console, scenario, mode: str, ctx):
 
 
 def _fit_machine_profile(console: Console, ctx, files, refit: bool = False) -> None:
-    """The cost model live runs are judged against (harness.machine.use_machine_profile)."""
+    """The cost model live runs are judged against (harness.machine.use_machine_profile). A
+    target's runs are not judged against our simulation: nothing to fit for them."""
+    if ctx.target is not None and not ctx.target.default:
+        return
     from harness.live_run import live_unavailable
     from harness.machine import compared_with_committed, use_machine_profile
 
@@ -252,7 +256,7 @@ def _suite(console: Console, ctx, mode: str, pattern: str, update_baseline: bool
 
 
 def lab_parser() -> argparse.ArgumentParser:
-    from streamlab.models import PRESETS
+    from streamlab.presets import PRESETS
 
     lab = argparse.ArgumentParser(prog="streamlab lab", description="the chapter's measurements against a real server process")
     lab_sub = lab.add_subparsers(dest="lab", required=True)

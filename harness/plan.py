@@ -5,10 +5,15 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
 from harness.scenario import CorpusPrompt, GroupSpec, Scenario
-from streamlab.models import LoadedModel, load_model
+from streamlab.presets import PRESETS
 from streamlab.prompts import shipped_prompts
+from streamlab.tokenizer import shipped_tokenizer
+
+if TYPE_CHECKING:  # torch: loaded only where our engine runs (target mode plans without it)
+    from streamlab.models import LoadedModel
 
 
 @dataclass
@@ -56,6 +61,16 @@ def plan(scenario: Scenario, tokenizer) -> list[PlannedClient]:
 
 
 @lru_cache(maxsize=4)
-def loaded_model(name: str) -> LoadedModel:
+def loaded_model(name: str) -> "LoadedModel":
     """Models are deterministic (seeded presets, or weights on disk): one load per process."""
+    from streamlab.models import load_model
+
     return load_model(name)
+
+
+@lru_cache(maxsize=4)
+def tokenizer_for(name: str):
+    """The tokenizer a scenario's prompts are cut with. A preset's is the shipped one, read
+    without torch, so a run against a target plans its clients with no engine of ours installed;
+    another model's comes with the model."""
+    return shipped_tokenizer() if name in PRESETS else loaded_model(name).tokenizer

@@ -18,8 +18,12 @@ import time
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
+from typing import TYPE_CHECKING
+
 from harness.cores import server_threads, torch_threads
-from streamlab.engine.outputs import StepOutput
+
+if TYPE_CHECKING:  # torch: a profile is read and judged with no engine of ours installed (target mode)
+    from streamlab.engine.outputs import StepOutput
 
 PROFILES = Path(__file__).resolve().parent.parent / "scenarios" / "profiles"
 DEFAULT_SEND_BUFFER_BYTES = 262_144  # bytes a non-reading client absorbs before writes block (`lab buffers`)

@@ -10,20 +10,34 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import TYPE_CHECKING
 
 from harness import timing
 from harness.backend import Backend
 from harness.plan import PlannedClient, loaded_model
 from harness.scenario import Scenario
-from harness.simulation import SimBackend
 from harness.trace import StreamRecord, Trace
-from streamlab.config import CacheConfig, EngineConfig
-from streamlab.detokenizer import TextStream, token_byte_table
-from streamlab.engine.engine import BatchEngine
-from streamlab.models import LoadedModel
-from streamlab.sampling import SamplingParams
+
+if TYPE_CHECKING:  # our engine (torch): imported where a reference is made, never in target mode without it
+    from harness.simulation import SimBackend
+    from streamlab.models import LoadedModel
 
 Run = Callable[[Scenario, Backend], Trace]  # one unjudged run: harness.runner.run_trace's trace
+
+
+@lru_cache(maxsize=1)
+def engine_missing() -> str | None:
+    """Why streamlab's own engine cannot run in this process, or None. A run against a target
+    needs it only for what it is compared with: the simulation (parity) and solo runs where the
+    target runs none itself; without it those checks are reported not observable (a user who
+    aims the harness at their own server need not install torch: README, target mode)."""
+    try:
+        import torch  # noqa: F401
+    except ImportError as exc:
+        return (f"streamlab's own engine is not installed here ({exc}); "
+                "pip install 'streamlab[engine]' to simulate and to run requests alone")
+    return None
 
 
 @dataclass
@@ -40,6 +54,8 @@ class References:
         A run goes as far as the longest stream with that request read (plus one token, so a
         stream that made more tokens than its solo run is caught), never past max_new_tokens.
         """
+        from streamlab.detokenizer import token_byte_table
+
         loaded = loaded_model(scenario.server.model)
         table = token_byte_table(loaded.tokenizer, loaded.model.shape.vocab_size)
         needed: dict[str, int] = {}
@@ -86,7 +102,7 @@ class References:
         return baselines
 
     def at_the_pace(self, scenario: Scenario, live: Trace, sim: Trace | None,
-                    backend: SimBackend) -> Trace | None:
+                    backend: "SimBackend") -> Trace | None:
         """The simulation a live run's parity is judged against at the pace its server ran
         (harness.timing.run_pace: its busy steps against the profile, over the simulation's on the
         same measure, the whole run's or a group's window's, whichever moved least): where that
@@ -101,13 +117,20 @@ class References:
         k = timing.run_pace(live, sim, profile, groups)
         if not timing.moved(k):
             return None
+        from harness.simulation import SimBackend
+
         paced = self.run(scenario, SimBackend(profile.steps_scaled(k)))
         paced.notes.append(f"{timing.PACED}: the live run's steps took {k:.2f}x what the profile says; "
                            f"simulated again with its step terms x{k:.2f}")
         return paced
 
 
-def _alone(loaded: LoadedModel, pc: PlannedClient, needed: int, table) -> list[int]:
+def _alone(loaded: "LoadedModel", pc: PlannedClient, needed: int, table) -> list[int]:
+    from streamlab.config import CacheConfig, EngineConfig
+    from streamlab.detokenizer import TextStream
+    from streamlab.engine.engine import BatchEngine
+    from streamlab.sampling import SamplingParams
+
     ids = loaded.tokenizer.encode(pc.prompt)
     params = SamplingParams.of(pc.request)
     want = min(needed, params.max_new_tokens)
@@ -123,6 +146,6 @@ def _alone(loaded: LoadedModel, pc: PlannedClient, needed: int, table) -> list[i
     return tokens
 
 
-def _ended_early(tokens: list[int], pc: PlannedClient, loaded: LoadedModel) -> bool:
+def _ended_early(tokens: list[int], pc: PlannedClient, loaded: "LoadedModel") -> bool:
     """A solo run shorter than asked because it stopped (eos or a stop string) is complete."""
     return bool(tokens) and (tokens[-1] == loaded.model.eos_token_id or bool(pc.request["stop"]))

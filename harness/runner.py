@@ -20,14 +20,23 @@ from harness.baseline import load_baselines
 from harness.checks import CheckResult, run_checks
 from harness.clients import launch
 from harness.live_run import LiveBackend
-from harness.references import References
-from harness.plan import PlannedClient, loaded_model, plan
+from harness.references import References, engine_missing
+from harness.plan import PlannedClient, plan, tokenizer_for
 from harness.trace import StreamRecord, Trace
 from harness.scenario import Scenario, load_by_name
 from harness.targets import Target
-from harness.simulation import SimBackend
 
 RESULTS = Path("results") / "scenarios"
+
+
+def default_backends() -> dict[str, Backend]:
+    """Live, and the simulation where our engine is installed (target mode runs without it)."""
+    backends: dict[str, Backend] = {"live": LiveBackend()}
+    if engine_missing() is None:
+        from harness.simulation import SimBackend
+
+        backends["sim"] = SimBackend()
+    return backends
 
 
 @dataclass
@@ -35,7 +44,7 @@ class RunContext:
     """What one session of scenario runs shares. Owned by the caller, passed in."""
     results_dir: Path | None = RESULTS  # None: write no result files
     loader: object = load_by_name  # a baseline scenario's name -> Scenario
-    backends: dict[str, Backend] = field(default_factory=lambda: {"sim": SimBackend(), "live": LiveBackend()})
+    backends: dict[str, Backend] = field(default_factory=lambda: default_backends())
     baselines: dict = field(default_factory=load_baselines)  # the committed latency figures
     # What runs are judged against: each request alone, and this session's other traces.
     references: References = field(default_factory=lambda: References(lambda s, b: run_trace(s, b)[0]))
@@ -75,8 +84,7 @@ def run_trace(scenario: Scenario, backend: Backend, progress=None,
     after it for the drift check (about 2.6 s a run; probes, baselines, paced simulations and
     the calibration's runs are not judged on drift and skip it)."""
     scenario, probes = capacity.resolve(scenario, lambda probe: run_trace(probe, backend)[0])
-    loaded = loaded_model(scenario.server.model)
-    planned = plan(scenario, loaded.tokenizer)
+    planned = plan(scenario, tokenizer_for(scenario.server.model))
     records = [StreamRecord(pc.group.name, pc.index, pc.group.behaviour.kind, pc.prompt, pc.request) for pc in planned]
 
     async def main() -> Trace:
@@ -120,6 +128,13 @@ def mode_refused(scenario: Scenario, mode: str) -> str | None:
     return f"{scenario.name} runs in {' and '.join(scenario.modes)} mode only (its `modes`), not {mode}"
 
 
+def engine_refused(mode: str, ctx: RunContext) -> str | None:
+    """Why this process cannot run `mode`, or None: a simulation, and a live run of our own
+    server, need our engine installed; a run against a target does not."""
+    ours = mode == "sim" or (mode == "live" and (ctx.target is None or ctx.target.default))
+    return engine_missing() if ours else None
+
+
 def run_scenario(scenario: Scenario, mode: str, ctx: RunContext, progress=None) -> Outcome:
     """Run and judge one scenario in one mode ("sim" or "live"; "live" aims at the session's or
     the scenario's target). progress(done, total) is called as clients finish. A mode the file
@@ -130,6 +145,8 @@ def run_scenario(scenario: Scenario, mode: str, ctx: RunContext, progress=None) 
     scenario = ctx.prepared(scenario)
     if mode == "live":
         mode = ctx.live_mode(scenario)
+    if engine_refused(mode, ctx):
+        raise ValueError(f"{scenario.name} [{mode}]: {engine_refused(mode, ctx)}")
     if mode not in ctx.backends:
         raise ValueError(f"unknown mode {mode!r}")
     refs = ctx.references
@@ -139,6 +156,8 @@ def run_scenario(scenario: Scenario, mode: str, ctx: RunContext, progress=None) 
         solo = {}
     elif trace.references:  # a target's own: each request run alone through it
         solo = trace.references
+    elif engine_missing():  # nothing to compare with: identity reports itself not observable
+        solo = {}
     else:
         solo = refs.solo(scenario, planned, trace.streams)
     live = mode == "live"
@@ -147,7 +166,7 @@ def run_scenario(scenario: Scenario, mode: str, ctx: RunContext, progress=None) 
         return refs.session_trace(ctx.prepared(s), m, ctx.backends[m])
     sim = session(scenario, ctx.parity_mode) if live and "sim" in scenario.modes else None
     baselines = refs.latency_baselines(scenario, trace, ctx.loader, lambda s: session(s, mode))
-    runs = [timing.Run(trace, baselines, refs.at_the_pace(scenario, trace, sim, ctx.backends[ctx.parity_mode]))]
+    runs = [timing.Run(trace, baselines, refs.at_the_pace(scenario, trace, sim, ctx.backends.get(ctx.parity_mode)))]
     timed = timing.judge(scenario, runs, ctx.baselines, sim, ctx.judge_parity_timing)
     while live and len(runs) < timing.RUNS and timing.wants_again(timed, scenario.expect.expect_failure):
         # AGAIN (harness.timing): the scenario runs once more, then its baseline scenarios just
@@ -155,7 +174,7 @@ def run_scenario(scenario: Scenario, mode: str, ctx: RunContext, progress=None) 
         again = run_trace(scenario, ctx.backends[mode], time_engine=True)[0]
         fresh = refs.latency_baselines(scenario, again, ctx.loader,
                                        lambda s: run_trace(ctx.prepared(s), ctx.backends[mode])[0])
-        runs.append(timing.Run(again, fresh, refs.at_the_pace(scenario, again, sim, ctx.backends[ctx.parity_mode])))
+        runs.append(timing.Run(again, fresh, refs.at_the_pace(scenario, again, sim, ctx.backends.get(ctx.parity_mode))))
         timed = timing.judge(scenario, runs, ctx.baselines, sim, ctx.judge_parity_timing)
     checks = run_checks(scenario, trace, solo, timed)
     if ctx.results_dir is not None:
@@ -167,6 +186,8 @@ def run_scenario(scenario: Scenario, mode: str, ctx: RunContext, progress=None) 
 
 def simulate(scenario: Scenario, progress=None) -> tuple[Trace, list[PlannedClient]]:
     """One simulated run, unjudged (benchmarks, tests)."""
+    from harness.simulation import SimBackend
+
     return run_trace(scenario, SimBackend(), progress)
 
 

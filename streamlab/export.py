@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from streamlab.models import LoadedModel, preset_state_dict
+if TYPE_CHECKING:  # torch: only when a model is written (the command line lists FORMATS without it)
+    from streamlab.models import LoadedModel
 
 FORMATS = ("transformers", "gguf")
 # HF GPT-2 keeps these as Conv1D weights, (in, out); llama.cpp wants a linear layer's (out, in).
@@ -44,6 +46,8 @@ def export_model(loaded: LoadedModel, folder: Path, fmt: str = "transformers") -
 
 def export_gguf(loaded: LoadedModel, path: Path) -> Path:
     import gguf  # llama.cpp's own writer; imported here: only this export needs it
+
+    from streamlab.models import preset_state_dict
 
     shape = loaded.model.shape
     path.parent.mkdir(parents=True, exist_ok=True)

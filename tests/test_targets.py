@@ -103,16 +103,21 @@ def test_openai_wire_reads_chunks_cut_anywhere():
 
 def stub_scenario(url: str) -> Scenario:
     return Scenario.model_validate({
+        **stub_spec(),
+        "target": {"name": "stub", "url": url, "profile": "vllm", "api": "openai-completions", "probe_clients": 4}})
+
+
+def stub_spec() -> dict:
+    return {
         "name": "stub_droppers", "seed": 7, "modes": ["live"],
         "server": {"model": "tiny", "max_batch": 4},
-        "target": {"name": "stub", "url": url, "profile": "vllm", "api": "openai-completions", "probe_clients": 4},
         "groups": [
             {"name": "readers", "count": 2, "request": {"max_new_tokens": 20}, "behaviour": {"kind": "reader"}},
             {"name": "droppers", "count": 4, "request": {"max_new_tokens": 200},
              "behaviour": {"kind": "dropper", "after_tokens": 3, "close": "rst"}}],
         "expect": {"finish_reasons": {"readers": {"length": 2}, "droppers": {"client_left": 4}},
                    "release_within": {"steps": 1, "seconds": 0.25}},
-        "drain_s": 1.0})
+        "drain_s": 1.0}
 
 
 needs_toxiproxy = pytest.mark.skipif(live_unavailable(target=TARGETS["streamlab-openai"]) is not None,
@@ -133,6 +138,52 @@ def test_a_stub_that_never_lowers_running_fails_leak_free_and_capacity(leak):
     if leak:
         assert "running still 4" in " ".join(checks["leak_free"].details)
         assert "2/4 probe requests completed" in " ".join(checks["capacity_restored"].details)
+
+
+# A machine without our engine: every import of it fails, as where it was never installed.
+NO_ENGINE = """
+import importlib.abc, sys
+class NoEngine(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name.partition(".")[0] in ("torch", "transformers", "safetensors", "gguf"):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+sys.meta_path.insert(0, NoEngine())
+"""
+
+
+@needs_toxiproxy
+def test_target_mode_runs_without_our_engine(tmp_path):
+    """`scenario run FILE --target URL` with torch unimportable (README, target mode): the run
+    and its checks complete (identity by the target's own solo runs); a simulation says what is
+    missing, before any work, and so does `streamlab serve`."""
+    import os
+    import subprocess
+    import sys
+
+    import yaml
+
+    (tmp_path / "sitecustomize.py").write_text(NO_ENGINE)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
+    path = tmp_path / "stub_droppers.yaml"
+    path.write_text(yaml.safe_dump(stub_spec()))
+
+    def streamlab(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "streamlab.cli", *args], env=env, capture_output=True,
+                              text=True, timeout=300, cwd=tmp_path)
+    with running(AppServer(stub_app(slots=6))) as stub:
+        run = streamlab("scenario", "run", str(path), "--target", stub.url, "--target-profile", "vllm",
+                        "--target-api", "openai-completions")
+    assert run.returncode == 0, run.stdout + run.stderr
+    for check in ("finish_reasons", "identity", "leak_free", "release_within", "capacity_restored"):
+        assert f"ok {check}:" in run.stdout, run.stdout
+    assert "No module named" not in run.stdout + run.stderr
+    both = tmp_path / "both" / path.name
+    both.parent.mkdir()
+    both.write_text(yaml.safe_dump({**stub_spec(), "modes": ["sim", "live"]}))
+    simulated = streamlab("scenario", "run", str(both))
+    assert simulated.returncode == 2 and "streamlab[engine]" in simulated.stdout, simulated.stdout + simulated.stderr
+    served = streamlab("serve", "--model", "tiny")
+    assert served.returncode == 2 and "streamlab[engine]" in served.stderr, served.stderr
 
 
 @needs_toxiproxy
