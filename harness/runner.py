@@ -44,7 +44,7 @@ class RunContext:
     """What one session of scenario runs shares. Owned by the caller, passed in."""
     results_dir: Path | None = RESULTS  # None: write no result files
     loader: object = load_by_name  # a baseline scenario's name -> Scenario
-    backends: dict[str, Backend] = field(default_factory=lambda: default_backends())
+    backends: dict[str, Backend] = field(default_factory=default_backends)
     baselines: dict = field(default_factory=load_baselines)  # the committed latency figures
     # What runs are judged against: each request alone, and this session's other traces.
     references: References = field(default_factory=lambda: References(lambda s, b: run_trace(s, b)[0]))
