@@ -118,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
             console.print(f"[red]{exc}[/]")
             return 2
         mode = args.mode or ("live" if target is not None else "sim")
-        refused = mode_refused(scenario, mode) or engine_refused(mode, ctx)
+        refused = mode_refused(scenario, mode) or engine_refused(scenario, mode, ctx)
         if refused:  # before any machine fit it would otherwise wait for
             console.print(f"[red]{escape(f'{args.file}: {refused}')}[/]", markup=True, highlight=False)
             return 2
@@ -147,11 +147,9 @@ def _run(console: Console, scenario, mode: str, ctx):
 
 def _fit_machine_profile(console: Console, ctx, files, refit: bool = False) -> None:
     """The cost model live runs are judged against (harness.machine.use_machine_profile). A
-    target's runs are not judged against our simulation: nothing to fit for them."""
-    if ctx.target is not None and not ctx.target.default:
-        return
+    target's runs (the session's or a file's own) are not judged against our simulation: nothing
+    to fit for them."""
     from harness.live_run import live_unavailable
-    from harness.machine import compared_with_committed, use_machine_profile
 
     models = set()
     for path in files:
@@ -159,10 +157,14 @@ def _fit_machine_profile(console: Console, ctx, files, refit: bool = False) -> N
             scenario = load(path)
         except ScenarioError:
             continue  # reported with the run
+        target = ctx.target or scenario.target
+        if target is not None and not target.default:
+            continue
         if {"sim", "live"} <= set(scenario.modes) and live_unavailable(scenario) is None:
             models.add(scenario.server.model)
     if not models:
         return
+    from harness.machine import compared_with_committed, use_machine_profile  # our engine: imported to fit it
     for fresh in use_machine_profile(ctx, sorted(models), say=lambda line: console.print(line, highlight=False),
                                      refit=refit):
         console.print("  " + compared_with_committed(fresh), highlight=False)
@@ -188,6 +190,7 @@ def _suite(console: Console, ctx, mode: str, pattern: str, update_baseline: bool
     from harness.baseline import load_baselines, save_baselines
     from harness.live_run import live_unavailable
     from harness.report import parity_summary, parity_table
+    from harness.runner import engine_refused
     from harness.timing import baseline_figures, parity_rows
 
     baselines = load_baselines()
@@ -214,6 +217,7 @@ def _suite(console: Console, ctx, mode: str, pattern: str, update_baseline: bool
             reason = None if m in scenario.modes else f"not a {m} scenario"
             if m == "live" and reason is None:
                 reason = live_unavailable(scenario)
+            reason = reason or engine_refused(scenario, m, ctx)
             if reason:
                 table.add_row(scenario.name, m, "[yellow]skipped[/]", "", "", reason)
                 skipped += 1

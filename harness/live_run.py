@@ -16,7 +16,6 @@ from pathlib import Path
 from harness import timing
 from harness.trace import ServerBooks
 from harness.faults import ToxiproxyClient, ProxyHandle, ToxiproxyServer, find_binary
-from harness.h2client import H2Exchange
 from harness.live import RunningServer, ServerProcess, TargetProcess, export_folder, export_gguf_file
 from harness.nginx import Nginx, ensure_certificate, nginx_unavailable
 from harness.plan import PlannedClient
@@ -53,6 +52,9 @@ def live_unavailable(scenario: Scenario | None = None, target: Target | None = N
     if external and target.uses("llama_server"):
         from harness.engines import llama_server_missing
         return llama_server_missing()
+    if external and target.uses("vllm"):
+        from harness.engines import vllm_missing
+        return vllm_missing()
     return None
 
 
@@ -95,6 +97,8 @@ class LiveServer:
             ca_file = ensure_certificate()[0]
 
             async def h2_opener(path: str, body, headers):
+                from harness.h2client import H2Exchange  # h2: the test extra's (HTTP/2 through nginx)
+
                 return await H2Exchange.open("127.0.0.1", port, "POST", path, body, headers=headers, ca_file=ca_file)
             return h2_opener
 
@@ -186,9 +190,10 @@ class LiveBackend:
         if t.url is not None:
             return RunningServer(t.port, t.health), t.model
         from streamlab.presets import PRESETS
-        model, batch = scenario.server.model, scenario.server.max_batch
+        model, batch = t.serves or scenario.server.model, scenario.server.max_batch
         positions = PRESETS[model].shape.n_positions if model in PRESETS else 1024
-        fill = {"model": model, "max_batch": str(batch), "context": str(batch * positions)}
+        fill = {"model": model, "max_batch": str(batch), "positions": str(positions),
+                "context": str(batch * positions)}
         served = model
         if t.uses("model_dir"):
             served = fill["model_dir"] = str(export_folder(model, EXPORTS / f"{model}-hf"))
@@ -199,7 +204,13 @@ class LiveBackend:
             if llama_server() is None:
                 raise RuntimeError(f"{t.name}: {llama_server_missing()}")
             fill["llama_server"] = str(llama_server())
-        return TargetProcess(t.name, t.command, fill, t.health, t.start_deadline_s), t.model or served
+        if t.uses("vllm"):
+            from harness.engines import vllm, vllm_missing
+            if vllm() is None:
+                raise RuntimeError(f"{t.name}: {vllm_missing()}")
+            fill["vllm"] = str(vllm())
+        return (TargetProcess(t.name, t.command, fill, t.health, t.start_deadline_s, env=t.env),
+                t.model or served)
 
     @asynccontextmanager
     async def serving(self, scenario: Scenario):

@@ -107,7 +107,7 @@ def parity_table(rows: list[dict]) -> Table:
         table.add_column(col, justify="left" if col in ("scenario", "group", "metric") else "right")
     for r in rows:
         ratio = f"{r['ratio']:.2f}" if r["ok"] else f"[red]{r['ratio']:.2f}[/]"
-        ratio += " (2 runs)" if len(r.get("ratios", ())) > 1 else ""
+        ratio += f" ({len(r['ratios'])} runs)" if len(r.get("ratios", ())) > 1 else ""
         table.add_row(r["scenario"], r["group"], r["metric"], _ms(r["sim_s"]), _ms(r["live_s"]), ratio,
                       f"{r['low']:g}-{r['high']:g}")
     return table

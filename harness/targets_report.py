@@ -13,7 +13,7 @@ from harness.registry import unobservable
 from harness.targets import CHECKS, FINDINGS, PEER_SCENARIOS, PROFILES, TARGETS, UNSETTLED
 
 PAGE = Path("docs") / "TARGETS.md"
-RUN_HERE = ["streamlab", "streamlab-openai", "transformers-serve", "llamacpp"]
+RUN_HERE = ["streamlab", "streamlab-openai", "transformers-serve", "llamacpp", "vllm"]
 
 
 def observability_rows() -> list[str]:

@@ -37,9 +37,10 @@ def test_the_parity_spread_is_min_median_and_max_per_metric_with_the_count_out()
     assert line.endswith("1 outside their bounds")
 
 
-def test_the_parity_table_shows_each_ratio_its_bound_and_two_runs():
+def test_the_parity_table_shows_each_ratio_its_bound_and_its_runs():
     text = rendered(report.parity_table([row("ttft_s", 1.25, ratios=[1.3, 1.25])]))
     assert "1.25 (2 runs)" in text and "0.6-1.6" in text and "125.0" in text
+    assert "1.25 (3 runs)" in rendered(report.parity_table([row("ttft_s", 1.25, ratios=[1.7, 1.8, 1.25])]))
 
 
 def test_the_group_table_has_a_row_per_group_with_its_outcomes():
