@@ -177,6 +177,21 @@ def test_a_large_body_in_the_same_write_as_its_head_is_not_a_large_head(server):
     assert_healthy_and_clean(server)
 
 
+def test_an_answer_given_while_the_body_still_arrives_reaches_the_client(server):
+    """A 413 answered from the content-length while the client is still sending an 8 MB body
+    (connection: close): the server lingers, reading and dropping the rest until the client
+    closes, so the client's send completes and it reads the answer whole. Closed at once with
+    unread bytes, the kernel answers with RST and drops what it had not yet sent: a CI run read
+    the 70 KB body above as a reset connection, and here the send fails."""
+    sock = connect(server)
+    body = b'{"prompt": "' + b"x" * 8_000_000 + b'"}'
+    sock.sendall(b"POST /v1/stream HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+                 b"content-length: " + str(len(body)).encode() + b"\r\nconnection: close\r\n\r\n" + body)
+    reply = read_all(sock)
+    assert reply.startswith(b"HTTP/1.1 413") and b"body_too_large" in reply
+    assert_healthy_and_clean(server)
+
+
 def test_too_many_header_fields_within_the_size_limit_get_431(server):
     for count, status in ((90, b"200"), (500, b"431")):
         sock = connect(server)
