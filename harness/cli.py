@@ -157,8 +157,7 @@ def _fit_machine_profile(console: Console, ctx, files, refit: bool = False) -> N
             scenario = load(path)
         except ScenarioError:
             continue  # reported with the run
-        target = ctx.target or scenario.target
-        if target is not None and not target.default:
+        if ctx.target_for(scenario) is not None:
             continue
         if {"sim", "live"} <= set(scenario.modes) and live_unavailable(scenario) is None:
             models.add(scenario.server.model)

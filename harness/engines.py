@@ -58,3 +58,12 @@ def vllm() -> Path | None:
 
 def vllm_missing() -> str | None:
     return None if vllm() else "vLLM " + MISSING.format(var="STREAMLAB_VLLM")
+
+
+# A target command's placeholder for an engine's binary -> where it is, and why it is not.
+BINARIES = {"llama_server": (llama_server, llama_server_missing), "vllm": (vllm, vllm_missing)}
+
+
+def binaries_missing(uses) -> str | None:
+    """Why a command cannot start here (`uses(placeholder)`: Target.uses), or None."""
+    return next((missing() for name, (_, missing) in BINARIES.items() if uses(name) and missing()), None)

@@ -49,12 +49,9 @@ def live_unavailable(scenario: Scenario | None = None, target: Target | None = N
         return "toxiproxy-server is not installed: run `scripts/dev setup`"
     if scenario is not None and scenario.server.proxy is not None:
         return nginx_unavailable()
-    if external and target.uses("llama_server"):
-        from harness.engines import llama_server_missing
-        return llama_server_missing()
-    if external and target.uses("vllm"):
-        from harness.engines import vllm_missing
-        return vllm_missing()
+    if external:
+        from harness.engines import binaries_missing
+        return binaries_missing(target.uses)
     return None
 
 
@@ -199,16 +196,10 @@ class LiveBackend:
             served = fill["model_dir"] = str(export_folder(model, EXPORTS / f"{model}-hf"))
         if t.uses("model_gguf"):
             served = fill["model_gguf"] = str(export_gguf_file(model, EXPORTS))
-        if t.uses("llama_server"):
-            from harness.engines import llama_server, llama_server_missing
-            if llama_server() is None:
-                raise RuntimeError(f"{t.name}: {llama_server_missing()}")
-            fill["llama_server"] = str(llama_server())
-        if t.uses("vllm"):
-            from harness.engines import vllm, vllm_missing
-            if vllm() is None:
-                raise RuntimeError(f"{t.name}: {vllm_missing()}")
-            fill["vllm"] = str(vllm())
+        from harness.engines import BINARIES, binaries_missing
+        if binaries_missing(t.uses):
+            raise RuntimeError(f"{t.name}: {binaries_missing(t.uses)}")
+        fill.update({name: str(where()) for name, (where, _) in BINARIES.items() if t.uses(name)})
         return (TargetProcess(t.name, t.command, fill, t.health, t.start_deadline_s, env=t.env),
                 t.model or served)
 

@@ -67,10 +67,16 @@ class RunContext:
         server = scenario.server.model_copy(update={"lab": True, "lab_step_slowdown": self.lab_step_slowdown})
         return scenario.model_copy(update={"server": server})
 
+    def target_for(self, scenario: Scenario) -> Target | None:
+        """Where the scenario's live run aims in this session: another server, or None for the
+        scenario's own (our engine)."""
+        target = self.target or scenario.target
+        return None if target is None or target.default else target
+
     def live_mode(self, scenario: Scenario) -> str:
         """The mode a scenario's live run has in this session: `live`, or `live@<target>`."""
-        target = self.target or scenario.target
-        if target is None or target.default:
+        target = self.target_for(scenario)
+        if target is None:
             return "live"
         mode = f"live@{target.name}"
         self.backends.setdefault(mode, LiveBackend(target))
@@ -135,8 +141,7 @@ def engine_refused(scenario: Scenario, mode: str, ctx: RunContext) -> str | None
     file's own) does not, unless its prompts are cut by a model that is not a preset."""
     if engine_missing() is None:
         return None
-    target = ctx.target or scenario.target
-    if mode == "sim" or (mode == "live" and (target is None or target.default)):
+    if mode == "sim" or (mode == "live" and ctx.target_for(scenario) is None):
         return engine_missing()
     if scenario.server.model not in PRESETS:
         return f"the prompts are cut with {scenario.server.model!r}'s tokenizer: {engine_missing()}"
@@ -153,8 +158,9 @@ def run_scenario(scenario: Scenario, mode: str, ctx: RunContext, progress=None) 
     scenario = ctx.prepared(scenario)
     if mode == "live":
         mode = ctx.live_mode(scenario)
-    if engine_refused(scenario, mode, ctx):
-        raise ValueError(f"{scenario.name} [{mode}]: {engine_refused(scenario, mode, ctx)}")
+    refused = engine_refused(scenario, mode, ctx)
+    if refused:
+        raise ValueError(f"{scenario.name} [{mode}]: {refused}")
     if mode not in ctx.backends:
         raise ValueError(f"unknown mode {mode!r}")
     refs = ctx.references
