@@ -102,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
         console.print(profile)
         console.print(f"wrote {profile.save()}")
         return 0
-    from harness.runner import RunContext, engine_refused, mode_refused
+    from harness.runner import RunContext
     from harness.targets import resolve_target
     try:
         target = None if args.target is None else resolve_target(args.target, args.target_api, args.target_model,
@@ -111,6 +111,15 @@ def main(argv: list[str] | None = None) -> int:
         console.print(f"[red]--target: {exc}[/]")
         return 2
     ctx = RunContext(target=target, lab_step_slowdown=args.lab_step_slowdown)
+    try:
+        return _run_or_suite(console, args, ctx, target)
+    finally:
+        ctx.close()  # a command target's server, kept across the session's runs
+
+
+def _run_or_suite(console: Console, args, ctx, target) -> int:
+    from harness.runner import engine_refused, mode_refused
+
     if args.scenario_command == "run":
         try:
             scenario = load(args.file)

@@ -52,6 +52,11 @@ def run_context(config: pytest.Config):
     return config.stash[CONTEXT]
 
 
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if CONTEXT in config.stash:
+        config.stash[CONTEXT].close()  # a command target's server, kept across the session's runs
+
+
 @contextmanager
 def one_live_run_at_a_time():
     """Live timings mean nothing with two live runs sharing 2 cores: xdist workers queue here."""

@@ -239,3 +239,26 @@ def export_folder(model: str, folder: Path) -> Path:
         subprocess.run([sys.executable, "-m", "streamlab.cli", "export", model, str(folder)], check=True,
                        stdout=subprocess.DEVNULL)
     return folder
+
+
+def target_process(target, model: str, max_batch: int, exports: Path,
+                   log_dir: Path | None = None) -> tuple[TargetProcess, str]:
+    """A command target's server for `model` (exported as its command needs: a transformers
+    folder or a GGUF file) with `max_batch` sequences, and the model name its requests carry.
+    The one way a foreign server is started: by live runs and by the peer benchmark."""
+    from harness.engines import BINARIES, binaries_missing
+    from streamlab.presets import PRESETS
+
+    positions = PRESETS[model].shape.n_positions if model in PRESETS else 1024
+    fill = {"model": model, "max_batch": str(max_batch), "positions": str(positions),
+            "context": str(max_batch * positions)}
+    served = model
+    if target.uses("model_dir"):
+        served = fill["model_dir"] = str(export_folder(model, exports / f"{model}-hf"))
+    if target.uses("model_gguf"):
+        served = fill["model_gguf"] = str(export_gguf_file(model, exports))
+    if binaries_missing(target.uses):
+        raise RuntimeError(f"{target.name}: {binaries_missing(target.uses)}")
+    fill.update({name: str(where()) for name, (where, _) in BINARIES.items() if target.uses(name)})
+    return (TargetProcess(target.name, target.command, fill, target.health, target.start_deadline_s, log_dir,
+                          env=target.env), target.model or served)

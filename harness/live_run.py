@@ -9,6 +9,7 @@ so client closes and server releases are on one time line; both are shifted to s
 from __future__ import annotations
 
 import asyncio
+import atexit
 import gc
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -16,7 +17,7 @@ from pathlib import Path
 from harness import timing
 from harness.trace import ServerBooks
 from harness.faults import ToxiproxyClient, ProxyHandle, ToxiproxyServer, find_binary
-from harness.live import RunningServer, ServerProcess, TargetProcess, export_folder, export_gguf_file
+from harness.live import RunningServer, ServerProcess, target_process
 from harness.nginx import Nginx, ensure_certificate, nginx_unavailable
 from harness.plan import PlannedClient
 from harness.profile import load_profile
@@ -53,6 +54,13 @@ def live_unavailable(scenario: Scenario | None = None, target: Target | None = N
         from harness.engines import binaries_missing
         return binaries_missing(target.uses)
     return None
+
+
+async def _answers(endpoint) -> bool:
+    try:
+        return await endpoint.is_healthy()
+    except (OSError, asyncio.TimeoutError, ValueError, KeyError):
+        return False
 
 
 async def _toggle(faults: ToxiproxyClient, handle: ProxyHandle, at_s: float, for_s: float) -> None:
@@ -163,11 +171,50 @@ class LiveBackend:
     """Real processes and sockets; each run starts (and stops) its own server and Toxiproxy.
 
     With a target, the clients aim at that server instead (started from its command, or one
-    already running at its URL), through the same Toxiproxy, speaking its API."""
+    already running at its URL), through the same Toxiproxy, speaking its API. A command
+    target's server is kept from one run to the next while its model and batch size stay the
+    same (vLLM takes 30-40 s to start): a suite or a test module starts it once. It is started
+    again when it has died or stopped answering its health route, so a crash one scenario causes
+    is that scenario's finding and not the next one's."""
 
     def __init__(self, target: Target | None = None) -> None:
         self.target = target or TARGETS["streamlab"]
         self.mode = "live" if self.target.default else f"live@{self.target.name}"
+        self._kept: tuple[tuple[str, int], object, str] | None = None  # (model, batch), server, its model name
+        atexit.register(self.close)
+
+    def close(self) -> None:
+        """Stop the kept server, if any (at the end of a suite, a test module, or the process)."""
+        if self._kept is not None:
+            self._kept[1].stop()
+            self._kept = None
+
+    async def _started(self, scenario: Scenario):
+        """The run's server, started (or the kept one, still healthy), and the model its requests name."""
+        if self.target.command is None:
+            endpoint, model = self._endpoint(scenario)
+            await endpoint.start()
+            return endpoint, model
+        # What the command is started with: the model, and the batch size where the command takes it.
+        sized = self.target.uses("max_batch") or self.target.uses("context")
+        key = (self.target.serves or scenario.server.model, scenario.server.max_batch if sized else 0)
+        if self._kept is not None:
+            kept_key, endpoint, model = self._kept
+            if kept_key == key and endpoint.alive() and await _answers(endpoint):
+                return endpoint, model
+            self.close()
+        endpoint, model = self._endpoint(scenario)
+        await endpoint.start()
+        self._kept = (key, endpoint, model)
+        return endpoint, model
+
+    def _done_with(self, endpoint) -> int | None:
+        """After a run: our server and a URL's are stopped (theirs: a no-op); a kept one only if it died."""
+        if self._kept is not None and self._kept[1] is endpoint:
+            if endpoint.alive():
+                return None
+            self._kept = None
+        return endpoint.stop()
 
     def run(self, main):
         # The clients' own garbage collector would pause them mid-run (a full collection in a
@@ -186,28 +233,12 @@ class LiveBackend:
             return ServerProcess(scenario.server.serve_args() + ["--log-level", "warning"]), scenario.server.model
         if t.url is not None:
             return RunningServer(t.port, t.health), t.model
-        from streamlab.presets import PRESETS
-        model, batch = t.serves or scenario.server.model, scenario.server.max_batch
-        positions = PRESETS[model].shape.n_positions if model in PRESETS else 1024
-        fill = {"model": model, "max_batch": str(batch), "positions": str(positions),
-                "context": str(batch * positions)}
-        served = model
-        if t.uses("model_dir"):
-            served = fill["model_dir"] = str(export_folder(model, EXPORTS / f"{model}-hf"))
-        if t.uses("model_gguf"):
-            served = fill["model_gguf"] = str(export_gguf_file(model, EXPORTS))
-        from harness.engines import BINARIES, binaries_missing
-        if binaries_missing(t.uses):
-            raise RuntimeError(f"{t.name}: {binaries_missing(t.uses)}")
-        fill.update({name: str(where()) for name, (where, _) in BINARIES.items() if t.uses(name)})
-        return (TargetProcess(t.name, t.command, fill, t.health, t.start_deadline_s, env=t.env),
-                t.model or served)
+        return target_process(t, t.serves or scenario.server.model, scenario.server.max_batch, EXPORTS)
 
     @asynccontextmanager
     async def serving(self, scenario: Scenario):
         loop = asyncio.get_running_loop()
-        endpoint, model = self._endpoint(scenario)
-        await endpoint.start()
+        endpoint, model = await self._started(scenario)
         nginx: Nginx | None = None
         toxiproxy: ToxiproxyServer | None = None
         faults: ToxiproxyClient | None = None
@@ -252,7 +283,7 @@ class LiveBackend:
                 t.cancel()
             if server is not None and server.watch is not None:
                 server.watch.cancel()
-            code = endpoint.stop()
+            code = self._done_with(endpoint)
             if nginx is not None:
                 nginx.stop()
             if faults is not None:

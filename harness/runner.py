@@ -60,6 +60,13 @@ class RunContext:
     parity_mode: str = "sim"
     lab_step_slowdown: float = 1.0  # lab: every scenario's engine made slower by this factor (a real regression)
 
+    def close(self) -> None:
+        """Stop what the session's backends keep between runs (a command target's server)."""
+        for backend in self.backends.values():
+            close = getattr(backend, "close", None)
+            if close is not None:
+                close()
+
     def prepared(self, scenario: Scenario) -> Scenario:
         """The scenario as this session runs it (a lab slowdown applied to its server)."""
         if self.lab_step_slowdown == 1:

@@ -37,40 +37,55 @@ def observability_rows() -> list[str]:
 
 
 def run_rows(say=print) -> tuple[list[str], list[str]]:
+    """Each scenario on each target. A target's scenarios run in one session, so a command
+    target's server starts once (harness.live_run.LiveBackend keeps it); the table is by scenario."""
     rows = ["| scenario | target | " + " | ".join(CHECKS) + " | wall s |", "|---|---|" + "---|" * (len(CHECKS) + 1)]
+    found: dict[tuple[str, str], tuple[str, list[str]]] = {}
+    for target in RUN_HERE:
+        ctx = RunContext(results_dir=None, target=TARGETS[target])
+        try:
+            for name in PEER_SCENARIOS:
+                found[(name, target)] = _row(name, target, ctx, say)
+        finally:
+            ctx.close()
     notes = []
     for name in PEER_SCENARIOS:
-        scenario = load_by_name(name)
         for target in RUN_HERE:
-            reason = live_unavailable(scenario, TARGETS[target])
-            if reason:
-                rows.append(f"| {name} | {target} | skipped: {reason} |")
-                continue
-            say(f"{name} on {target}")
-            outcome = run_scenario(scenario, "live", RunContext(results_dir=None, target=TARGETS[target]))
-            got = {c.name: c for c in outcome.checks}
-            findings = FINDINGS.get((target, name), {})
-            cells = []
-            for check in CHECKS:
-                c = got.get(check)
-                if c is None:
-                    cells.append("–")
-                elif not c.observed:
-                    cells.append("not observable")
-                elif c.passed:
-                    cells.append("held")
-                elif check in UNSETTLED.get((target, name), {}):
-                    cells.append("failed (unsettled)")
-                    notes.append(f"- {name} on `{target}`, {check}: {UNSETTLED[(target, name)][check]}. "
-                                 f"Measured: {c.figure[:300]}")
-                else:
-                    cells.append("**failed (finding)**" if check in findings else "**FAILED**")
-                    notes.append(f"- {name} on `{target}`, {check}: {findings.get(check, 'unexpected')}. "
-                                 f"Measured: {c.figure[:300]}")
-            rows.append(f"| {name} | {target} | " + " | ".join(cells) + f" | {outcome.trace.wall_s:.0f} |")
-            if "capacity_restored" in got:
-                notes.append(f"- {name} on `{target}`: {got['capacity_restored'].figure}")
+            row, row_notes = found[(name, target)]
+            rows.append(row)
+            notes += row_notes
     return rows, notes
+
+
+def _row(name: str, target: str, ctx: RunContext, say) -> tuple[str, list[str]]:
+    scenario = load_by_name(name)
+    reason = live_unavailable(scenario, TARGETS[target])
+    if reason:
+        return f"| {name} | {target} | skipped: {reason} |", []
+    say(f"{name} on {target}")
+    outcome = run_scenario(scenario, "live", ctx)
+    got = {c.name: c for c in outcome.checks}
+    findings = FINDINGS.get((target, name), {})
+    cells, notes = [], []
+    for check in CHECKS:
+        c = got.get(check)
+        if c is None:
+            cells.append("–")
+        elif not c.observed:
+            cells.append("not observable")
+        elif c.passed:
+            cells.append("held")
+        elif check in UNSETTLED.get((target, name), {}):
+            cells.append("failed (unsettled)")
+            notes.append(f"- {name} on `{target}`, {check}: {UNSETTLED[(target, name)][check]}. "
+                         f"Measured: {c.figure[:300]}")
+        else:
+            cells.append("**failed (finding)**" if check in findings else "**FAILED**")
+            notes.append(f"- {name} on `{target}`, {check}: {findings.get(check, 'unexpected')}. "
+                         f"Measured: {c.figure[:300]}")
+    if "capacity_restored" in got:
+        notes.append(f"- {name} on `{target}`: {got['capacity_restored'].figure}")
+    return f"| {name} | {target} | " + " | ".join(cells) + f" | {outcome.trace.wall_s:.0f} |", notes
 
 
 def write_page(say=print) -> Path:

@@ -238,14 +238,24 @@ def test_our_openai_route_gives_the_native_routes_verdicts(name):
 REAL_PEERS = ["transformers-serve", "llamacpp", "vllm"]
 
 
+@pytest.fixture(scope="module")
+def peer_sessions():
+    """One session per peer for the module, as a suite has: its server is started once and kept
+    across the scenarios (harness.live_run.LiveBackend), then stopped here."""
+    sessions: dict[str, RunContext] = {}
+    yield lambda peer: sessions.setdefault(peer, RunContext(results_dir=None, target=TARGETS[peer]))
+    for ctx in sessions.values():
+        ctx.close()
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("peer", REAL_PEERS)
 @pytest.mark.parametrize("name", PEER_SCENARIOS)
-def test_a_real_peer_through_toxiproxy(name, peer):
+@pytest.mark.parametrize("peer", REAL_PEERS)
+def test_a_real_peer_through_toxiproxy(peer, name, peer_sessions):
     scenario = load_by_name(name)
     if live_unavailable(scenario, TARGETS[peer]):
         pytest.skip(live_unavailable(scenario, TARGETS[peer]))
-    outcome = run_scenario(scenario, "live", RunContext(results_dir=None, target=TARGETS[peer]))
+    outcome = run_scenario(scenario, "live", peer_sessions(peer))
     findings = FINDINGS.get((peer, name), {})
     got = {c.name: c for c in outcome.checks}
     for check in outcome.checks:
