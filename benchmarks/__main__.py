@@ -67,11 +67,12 @@ def run_section(section: str, reps: int, log_dir: Path, say) -> dict:
 
         return asyncio.run(run_ours(workload(), reps, log_dir, say))
     if section == "peer":
-        from benchmarks.overlap import run_peer, workload
+        from benchmarks.overlap import run_peers, workload
 
-        ours = read_json("overlap")
-        solo_text = {int(k): v for k, v in (ours or {}).get("solo_text", {}).items()}
-        return asyncio.run(run_peer(workload(), reps, log_dir, solo_text, say))
+        ours = read_json("overlap") or {}
+        solo = {"text": {int(k): v for k, v in ours.get("solo_text", {}).items()},
+                "token_ids": {int(k): v for k, v in ours.get("solo_token_ids", {}).items()}}
+        return asyncio.run(run_peers(workload(), reps, log_dir, solo, say))
     if section == "prefill":
         from benchmarks import prefill
 

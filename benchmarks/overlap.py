@@ -1,4 +1,4 @@
-"""Overlap: 1..32 simultaneous streams over HTTP, ours and the peer's, and the in-process bound.
+"""Overlap: 1..32 simultaneous streams over HTTP, ours and each peer's, and the in-process bound.
 
 The chapter's experiment: 32 prompts of about 200 characters, 64 greedy tokens each; at level
 N the first N prompts are sent at once from separate connections, three times (repetitions
@@ -16,7 +16,8 @@ import torch
 from benchmarks.common import spread
 from harness.profile import decode_only
 from harness.trace import percentile
-from benchmarks.servers import export_folder, ours, peer_server
+from benchmarks.servers import PEERS, ours, peer_missing, peer_server, peer_version
+from harness.targets import TARGETS
 from benchmarks.streams import STREAMLAB, Api, TimedStream, burst, peer_api
 from streamlab.bench_step import _CACHE_ARG
 from streamlab.config import CacheConfig, EngineConfig
@@ -123,10 +124,25 @@ async def run_ours(prompts: list[str], reps: int, log_dir: Path, say) -> dict:
     return out
 
 
-async def run_peer(prompts: list[str], reps: int, log_dir: Path, solo_text: dict[int, str], say) -> dict:
-    """The peer at every level once, and at 32 (the headline) `reps` times."""
-    folder = export_folder(MODEL, Path("results/benchmarks") / f"{MODEL}-hf")
-    say("peer: transformers serve --continuous-batching")
+async def run_peers(prompts: list[str], reps: int, log_dir: Path, solo: dict, say) -> dict:
+    """Every peer installed here, one after another in the same run (benchmarks.servers.PEERS);
+    those not installed are listed with the reason."""
+    out: dict = {"peers": {}, "missing": {}}
+    for name in PEERS:
+        missing = peer_missing(name)
+        if missing:
+            say(f"peer {name}: skipped, {missing}")
+            out["missing"][name] = missing
+            continue
+        out["peers"][name] = await run_peer(name, prompts, reps, log_dir, solo, say)
+    return out
+
+
+async def run_peer(name: str, prompts: list[str], reps: int, log_dir: Path, solo: dict, say) -> dict:
+    """One peer at every level once, and at 32 (the headline) `reps` times, on the same weights
+    (MODEL, exported as the peer loads it). Identity against our solo streams: token ids where the
+    peer sends them (vLLM), else text."""
+    say(f"peer: {name}")
     t0 = time.monotonic()
     streams_at_32: list[TimedStream] = []
 
@@ -134,16 +150,20 @@ async def run_peer(prompts: list[str], reps: int, log_dir: Path, solo_text: dict
         if n == 32:
             streams_at_32[:] = streams
 
-    async with peer_server(folder, log_dir) as peer:
-        api = peer_api(str(folder))
+    process, model = peer_server(name, MODEL, 32, log_dir)
+    async with process as peer:
+        api = peer_api(name, model)
         started = time.monotonic() - t0
-        await burst(api, peer.port, prompts[:4], 4)  # warm-up: its batching manager starts on first use
+        await burst(api, peer.port, prompts[:4], 4)  # warm-up: transformers serve's manager starts on first use
         rows = await levels(api, peer.port, prompts, LEVELS[:-1], 1, None)
         rows += await levels(api, peer.port, prompts, (32,), reps, None, keep_streams=keep)
-    same_text = sum(s.text == solo_text.get(s.prompt_index) for s in streams_at_32)
-    return {"rows": rows, "levels": by_level(rows), "start_s": started, "same_text_as_ours": same_text,
-            "streams_compared": len(streams_at_32), "command": "transformers serve <folder> --continuous-batching "
-            "--device cpu --dtype float32", "folder": str(folder)}
+    by_ids = bool(streams_at_32) and all(s.token_ids for s in streams_at_32)
+    ref_ids, ref_text = solo.get("token_ids", {}), solo.get("text", {})
+    same = sum((s.token_ids == ref_ids.get(s.prompt_index)) if by_ids else (s.text == ref_text.get(s.prompt_index))
+               for s in streams_at_32)
+    return {"rows": rows, "levels": by_level(rows), "start_s": started, "same_as_ours": same,
+            "compared_by": "token ids" if by_ids else "text", "streams_compared": len(streams_at_32),
+            "command": " ".join(TARGETS[name].command), "version": peer_version(name), "model": MODEL}
 
 
 @torch.inference_mode()

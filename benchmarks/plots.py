@@ -30,11 +30,15 @@ def _band(ax, levels: list[dict], key: str, label: str, scale: float = 1.0, **st
     ax.fill_between(ns, lo, hi, alpha=0.2, **({"color": style["color"]} if "color" in style else {}))
 
 
-def overlap(ours: dict, peer: dict | None, bound: dict | None) -> Path:
+PEER_COLOURS = {"transformers-serve": "tab:orange", "llamacpp": "tab:purple", "vllm": "tab:red"}
+
+
+def overlap(ours: dict, peers: dict[str, dict], bound: dict | None) -> Path:
+    """Throughput and first tokens by level: ours, each peer's (by target name), the bounds."""
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
     _band(left, ours["levels"], "tokens_per_s", "streamlab over HTTP", color="tab:blue")
-    if peer:
-        _band(left, peer["levels"], "tokens_per_s", "transformers serve (CB)", color="tab:orange")
+    for name, peer in peers.items():
+        _band(left, peer["levels"], "tokens_per_s", name, color=PEER_COLOURS.get(name, "tab:brown"))
     if bound:
         left.axhline(bound["bound_tokens_per_s"]["median"], color="tab:gray", ls="--",
                      label="in-process bound (transformers, 32)")
@@ -46,8 +50,8 @@ def overlap(ours: dict, peer: dict | None, bound: dict | None) -> Path:
     left.legend(fontsize=8)
     _band(right, ours["levels"], "ttft_p50_s", "streamlab TTFT p50", color="tab:blue")
     _band(right, ours["levels"], "gap_p99_s", "streamlab gap p99", scale=1.0, color="tab:green")
-    if peer:
-        _band(right, peer["levels"], "ttft_p50_s", "peer TTFT p50", color="tab:orange")
+    for name, peer in peers.items():
+        _band(right, peer["levels"], "ttft_p50_s", f"{name} TTFT p50", color=PEER_COLOURS.get(name, "tab:brown"))
     right.set(xscale="log", yscale="log", xlabel="simultaneous streams", ylabel="seconds",
               title="Time to first token and gap between tokens")
     right.set_xticks([1, 2, 4, 8, 16, 32], labels=["1", "2", "4", "8", "16", "32"])

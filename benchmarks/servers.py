@@ -1,18 +1,23 @@
-"""The two servers under test, each in its own process on a free loopback port.
+"""The servers under test, each in its own process on a free loopback port.
 
-Ours is harness.live.ServerProcess (`streamlab serve`). The peer is transformers' own
-`transformers serve --continuous-batching` on a folder written by `streamlab export`: the
-harness's `transformers-serve` target (harness.targets), started the same way.
+Ours is harness.live.ServerProcess (`streamlab serve`). The peers are the harness's command
+targets (harness.targets), started as a target run starts them (harness.live.target_process):
+`transformers serve --continuous-batching` on a folder written by `streamlab export`, vLLM's
+CPU backend on the same folder, and llama.cpp's `llama-server` on the same weights as GGUF.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from harness.live import ServerProcess, TargetProcess, export_folder
+from harness.live import ServerProcess, TargetProcess, target_process
 from harness.targets import TARGETS
 
-__all__ = ["ours", "export_folder", "peer_server"]
+__all__ = ["ours", "peer_server", "PEERS", "peer_missing", "peer_version"]
+
+# The peers, in the order they run; each is skipped, with its reason, where it is not installed.
+PEERS = ("transformers-serve", "llamacpp", "vllm")
+EXPORTS = Path("results") / "benchmarks"
 
 
 def ours(model: str, *extra: str, log_dir: Path | None = None) -> ServerProcess:
@@ -20,8 +25,25 @@ def ours(model: str, *extra: str, log_dir: Path | None = None) -> ServerProcess:
                           "--waiting-limit", "256", *extra], log_dir=log_dir)
 
 
-def peer_server(folder: Path, log_dir: Path) -> TargetProcess:
-    """`transformers serve` with continuous batching, forced to one model, on CPU, in float32."""
-    target = TARGETS["transformers-serve"]
-    return TargetProcess("transformers serve", target.command, {"model_dir": str(folder)}, target.health,
-                         target.start_deadline_s, log_dir)
+def peer_missing(name: str) -> str | None:
+    """Why a peer cannot run here (its engine is not installed), or None."""
+    from harness.engines import binaries_missing
+
+    return binaries_missing(TARGETS[name].uses)
+
+
+def peer_version(name: str) -> str:
+    """What a peer is, as installed here: its package and version."""
+    from harness.engines import BINARIES, installed
+
+    uses = [b for b in BINARIES if TARGETS[name].uses(b)]
+    if not uses:  # transformers serve: the transformers in our own environment
+        import transformers
+
+        return f"transformers=={transformers.__version__}"
+    return installed(uses[0]) or f"${uses[0]} (not installed by scripts/dev)"
+
+
+def peer_server(name: str, model: str, max_batch: int, log_dir: Path) -> tuple[TargetProcess, str]:
+    """A peer serving `model` with `max_batch` sequences, and the model name its requests carry."""
+    return target_process(TARGETS[name], model, max_batch, EXPORTS, log_dir)

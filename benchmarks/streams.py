@@ -8,11 +8,13 @@ its first token event, a gap is the time between two token events as the client 
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from dataclasses import dataclass, field
 
 from harness.rawhttp import RawExchange
+from harness.trace import StreamRecord
+from harness.wire import StreamlabWire, Wire, wire_for
+from streamlab.sse import SSEEvent
 
 STREAM_DEADLINE_S = 300.0
 
@@ -22,10 +24,9 @@ class TimedStream:
     prompt_index: int
     sent_at: float
     token_times: list[float] = field(default_factory=list)
-    token_ids: list[int] = field(default_factory=list)  # ours only: the peer sends text
+    token_ids: list[int] = field(default_factory=list)  # where the server sends them (ours, vLLM)
     text: str = ""
     finish_reason: str | None = None
-    completion_tokens: int | None = None  # as the server reported it
 
     @property
     def ttft_s(self) -> float:
@@ -42,60 +43,48 @@ class TimedStream:
 
 @dataclass(frozen=True)
 class Api:
-    """Where a server takes a streaming request, and how its events carry tokens."""
+    """A server's streaming route, spoken through the harness's wire for it (harness.wire): the
+    same request body and event reading as a scenario's clients, so a peer is asked exactly what
+    a target run asks it. Greedy, with the end of text switched off."""
     name: str
-    path: str
-    model: str | None = None  # the peer's model name (its folder)
+    wire: Wire
+
+    @property
+    def path(self) -> str:
+        return self.wire.path
 
     def body(self, prompt: str, max_tokens: int) -> dict:
-        if self.name == "streamlab":
-            return {"prompt": prompt, "max_new_tokens": max_tokens, "ignore_eos": True}
-        # The peer: OpenAI completions, greedy. It refuses `ignore_eos`; an eos_token_id of -1 in
-        # its per-request generation config is its own way of saying the same.
-        return {"model": self.model, "prompt": prompt, "max_tokens": max_tokens, "stream": True,
-                "temperature": 0, "generation_config": json.dumps({"do_sample": False, "eos_token_id": -1})}
+        return self.wire.body(prompt, {"max_new_tokens": max_tokens, "temperature": 0.0, "top_k": 0, "top_p": 1.0,
+                                       "seed": None, "stop": [], "ignore_eos": True})
 
-    def take(self, data: str, event: str | None, stream: TimedStream, now: float) -> None:
-        if self.name == "streamlab":
-            if event == "token":
-                payload = json.loads(data)
-                stream.token_times.append(now)
-                stream.token_ids.append(payload["token_id"])
-                stream.text += payload["text"]
-            elif event == "done":
-                payload = json.loads(data)
-                stream.finish_reason = payload["finish_reason"]
-                stream.completion_tokens = payload["usage"]["completion_tokens"]
-            elif event == "error":
-                raise RuntimeError(f"stream ended with an error: {data}")
-            return
-        if data.strip() == "[DONE]":
-            return
-        payload = json.loads(data)
-        choice = payload["choices"][0]
-        if choice.get("finish_reason"):
-            stream.finish_reason = choice["finish_reason"]
-            stream.completion_tokens = (payload.get("usage") or {}).get("completion_tokens")
-            if choice.get("text"):
-                stream.text += choice["text"]
-            return
-        # One event per generated token, text possibly empty (a partial character).
-        stream.token_times.append(now)
-        stream.text += choice.get("text", "")
+    def take(self, event: SSEEvent, record: StreamRecord, now: float) -> None:
+        self.wire.note(record, event, now)
+        if record.finish is not None and record.finish not in FINISHED:
+            raise RuntimeError(f"{self.name}: the stream ended with {record.finish!r}")
 
 
-STREAMLAB = Api("streamlab", "/v1/stream")
+# How a stream may end (ours and OpenAI's words); anything else is an error event's type. A
+# stream that stopped short is caught by its token count.
+FINISHED = {"length", "stop"}
+
+STREAMLAB = Api("streamlab", StreamlabWire())
 
 
-def peer_api(model: str) -> Api:
-    return Api("peer", "/v1/completions", model)
+def peer_api(target: str, model: str) -> Api:
+    """A peer's completions route, as its target profile says to ask it (harness.targets)."""
+    from harness.targets import TARGETS
+
+    profile = TARGETS[target].profile_spec
+    return Api(target, wire_for(TARGETS[target].api, model, profile.request_extra, profile.ignore_eos))
 
 
 async def timed_stream(api: Api, port: int, prompt_index: int, prompt: str, max_tokens: int,
                        started: asyncio.Event | None = None) -> TimedStream:
     """One stream read to its end; `started` is set when its first token arrives."""
     stream = TimedStream(prompt_index, time.monotonic())
-    ex = await RawExchange.open("127.0.0.1", port, "POST", api.path, api.body(prompt, max_tokens))
+    record = StreamRecord("bench", prompt_index, "fast", prompt, {})
+    ex = await RawExchange.open("127.0.0.1", port, "POST", api.path, api.body(prompt, max_tokens),
+                                headers=api.wire.headers)
     try:
         head = await ex.read_head(STREAM_DEADLINE_S)
         if head.status != 200:
@@ -105,11 +94,13 @@ async def timed_stream(api: Api, port: int, prompt_index: int, prompt: str, max_
             if time.monotonic() > deadline:
                 raise TimeoutError(f"{api.name} stream {prompt_index} not done within {STREAM_DEADLINE_S}s")
             for event in await ex.read_events(1, timeout_s=STREAM_DEADLINE_S):
-                api.take(event.data, event.event, stream, time.monotonic())
-            if started is not None and stream.token_times:
+                api.take(event, record, time.monotonic())
+            if started is not None and record.token_times:
                 started.set()
     finally:
         ex.close_fin()
+    stream.token_times, stream.token_ids, stream.text = record.token_times, record.token_ids, record.text
+    stream.finish_reason = record.finish
     if len(stream.token_times) != max_tokens:
         raise RuntimeError(f"{api.name} stream {prompt_index}: {len(stream.token_times)} tokens, "
                            f"expected {max_tokens} (finish {stream.finish_reason})")

