@@ -118,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run_or_suite(console: Console, args, ctx, target) -> int:
-    from harness.runner import engine_refused, mode_refused
+    from harness.runner import engine_refused, mode_refused, target_refused
 
     if args.scenario_command == "run":
         try:
@@ -127,7 +127,8 @@ def _run_or_suite(console: Console, args, ctx, target) -> int:
             console.print(f"[red]{exc}[/]")
             return 2
         mode = args.mode or ("live" if target is not None else "sim")
-        refused = mode_refused(scenario, mode) or engine_refused(scenario, mode, ctx)
+        refused = (mode_refused(scenario, mode) or engine_refused(scenario, mode, ctx)
+                   or target_refused(scenario, mode, ctx))
         if refused:  # before any machine fit it would otherwise wait for
             console.print(f"[red]{escape(f'{args.file}: {refused}')}[/]", markup=True, highlight=False)
             return 2
@@ -182,6 +183,8 @@ def _print_outcome(console: Console, outcome) -> None:
     from harness.report import group_table
 
     console.print(group_table(outcome.trace))
+    for line in outcome.left_out:
+        console.print(f"  [yellow]{line}[/]", highlight=False)
     for check in outcome.checks:
         colour = "yellow" if not check.observed else "green" if check.ok else "red"
         console.print(f"  [{colour}]{check.verdict}[/] {check.line()}", highlight=False)
@@ -198,7 +201,7 @@ def _suite(console: Console, ctx, mode: str, pattern: str, update_baseline: bool
     from harness.baseline import load_baselines, save_baselines
     from harness.live_run import live_unavailable
     from harness.report import parity_summary, parity_table
-    from harness.runner import engine_refused
+    from harness.runner import engine_refused, target_refused
     from harness.timing import baseline_figures, parity_rows
 
     baselines = load_baselines()
@@ -224,8 +227,8 @@ def _suite(console: Console, ctx, mode: str, pattern: str, update_baseline: bool
         for m in modes:
             reason = None if m in scenario.modes else f"not a {m} scenario"
             if m == "live" and reason is None:
-                reason = live_unavailable(scenario)
-            reason = reason or engine_refused(scenario, m, ctx)
+                reason = live_unavailable(scenario, ctx.target_for(scenario))
+            reason = reason or engine_refused(scenario, m, ctx) or target_refused(scenario, m, ctx)
             if reason:
                 table.add_row(scenario.name, m, "[yellow]skipped[/]", "", "", reason)
                 skipped += 1
@@ -242,7 +245,7 @@ def _suite(console: Console, ctx, mode: str, pattern: str, update_baseline: bool
             checks = f"{sum(c.ok for c in outcome.checks)}/{len(outcome.checks)}"
             checks += f" (control: {', '.join(controls)} failed as designed)" if controls and outcome.ok else ""
             table.add_row(scenario.name, m, "[green]passed[/]" if outcome.ok else "[red]FAILED[/]", checks,
-                          f"{outcome.trace.wall_s:.1f}", "\n".join(outcome.failures()))
+                          f"{outcome.trace.wall_s:.1f}", "\n".join(outcome.failures() + outcome.left_out))
             failed += not outcome.ok
             passed += outcome.ok
             if update_baseline and outcome.ok:

@@ -107,7 +107,9 @@ class ScenarioItem(pytest.Item):
         if self.mode == "live":
             from harness.live_run import live_unavailable
             ctx = run_context(self.config)
-            reason = live_unavailable(self.scenario, ctx.target or self.scenario.target)
+            from harness.runner import target_refused
+            reason = (live_unavailable(self.scenario, ctx.target or self.scenario.target)
+                      or target_refused(self.scenario, "live", ctx))
             if reason:
                 pytest.skip(reason)
             with one_live_run_at_a_time():

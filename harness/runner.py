@@ -126,6 +126,7 @@ class Outcome:
     checks: list[CheckResult]
     runs: list = field(default_factory=list)  # harness.timing.Run: `trace`'s, then any more a timing check needed (AGAIN)
     sim: Trace | None = None  # live: the simulation its gate was judged against (this machine's profile)
+    left_out: list[str] = field(default_factory=list)  # on another server: the groups it cannot run, and why
 
     @property
     def ok(self) -> bool:
@@ -155,6 +156,22 @@ def engine_refused(scenario: Scenario, mode: str, ctx: RunContext) -> str | None
     return None
 
 
+def foreign_target(scenario: Scenario, mode: str, ctx: RunContext) -> Target | None:
+    """Another server than ours that this live run aims at, or None (a simulation, our own
+    server on any route)."""
+    target = ctx.target_for(scenario) if mode.startswith("live") else None
+    return target if target is not None and not target.own_server else None
+
+
+def target_refused(scenario: Scenario, mode: str, ctx: RunContext) -> str | None:
+    """Why no part of the scenario runs on the session's target, or None (harness.target_scope)."""
+    if foreign_target(scenario, mode, ctx) is None:
+        return None
+    from harness.target_scope import scenario_refused
+
+    return scenario_refused(scenario)
+
+
 def run_scenario(scenario: Scenario, mode: str, ctx: RunContext, progress=None) -> Outcome:
     """Run and judge one scenario in one mode ("sim" or "live"; "live" aims at the session's or
     the scenario's target). progress(done, total) is called as clients finish. A mode the file
@@ -165,13 +182,19 @@ def run_scenario(scenario: Scenario, mode: str, ctx: RunContext, progress=None) 
     scenario = ctx.prepared(scenario)
     if mode == "live":
         mode = ctx.live_mode(scenario)
-    refused = engine_refused(scenario, mode, ctx)
+    refused = engine_refused(scenario, mode, ctx) or target_refused(scenario, mode, ctx)
     if refused:
         raise ValueError(f"{scenario.name} [{mode}]: {refused}")
+    left_out: list[str] = []
+    if foreign_target(scenario, mode, ctx) is not None:  # only the groups another server can run
+        from harness.target_scope import for_target
+
+        scenario, left_out = for_target(scenario)
     if mode not in ctx.backends:
         raise ValueError(f"unknown mode {mode!r}")
     refs = ctx.references
     trace, planned = run_trace(scenario, ctx.backends[mode], progress, time_engine=True)
+    trace.notes += left_out
     refs.traces[(scenario.name, mode)] = trace
     if not scenario.expect.identity:
         solo = {}
@@ -202,7 +225,7 @@ def run_scenario(scenario: Scenario, mode: str, ctx: RunContext, progress=None) 
         from harness.report import timeline_png, write_result
         write_result(trace, checks, ctx.results_dir, baseline_figures=timing.baseline_figures(trace, sim))
         timeline_png(trace, ctx.results_dir)
-    return Outcome(scenario, trace, checks, runs, sim)
+    return Outcome(scenario, trace, checks, runs, sim, left_out)
 
 
 def simulate(scenario: Scenario, progress=None) -> tuple[Trace, list[PlannedClient]]:

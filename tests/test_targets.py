@@ -205,6 +205,42 @@ def test_no_check_passes_what_the_target_cannot_show():
     assert checks["capacity_restored"].passed is False  # observable on any target: the leak shows here
 
 
+# ---- what of a scenario another server can run (harness.target_scope) ----
+
+def test_a_target_runs_every_group_it_can_and_leaves_out_our_servers_own():
+    from harness.scenario import SCENARIOS_DIR, load
+    from harness.target_scope import for_target, scenario_refused
+
+    def kept(name):
+        scenario, notes = for_target(load_by_name(name))
+        return [g.name for g in scenario.groups], notes
+    assert kept("overlap_8") == (["streams"], [])
+    groups, notes = kept("slow_reader_drop_1")  # the drop policy's slow_client is ours
+    assert groups == ["healthy"] and "slow_client" in notes[0]
+    groups, notes = kept("resume_reconnect")
+    assert groups == ["readers", "leavers"] and "Last-Event-ID" in notes[0]
+    groups, notes = kept("access_key")
+    assert groups == ["keyed"] and len(notes) == 2
+    assert "negative control" in scenario_refused(load_by_name("write_only_response"))
+    assert "engine faults" in scenario_refused(load_by_name("engine_fault_step"))
+    assert scenario_refused(load_by_name("bad_requests")) is None
+    for path in sorted(SCENARIOS_DIR.glob("*.yaml")):  # every narrowed scenario is a valid one
+        scenario = load(path)
+        if scenario_refused(scenario) is None:
+            narrowed, _ = for_target(scenario)
+            assert narrowed.groups and set(narrowed.expect.finish_reasons) <= {g.name for g in narrowed.groups}
+
+
+def test_a_session_on_a_target_skips_what_it_cannot_run_and_notes_what_it_leaves_out():
+    from harness.runner import target_refused
+
+    ctx = RunContext(results_dir=None, target=TARGETS["llamacpp"])
+    assert "negative control" in target_refused(load_by_name("write_only_response"), "live", ctx)
+    assert target_refused(load_by_name("write_only_response"), "sim", ctx) is None  # a simulation is ours
+    ours = RunContext(results_dir=None, target=TARGETS["streamlab-openai"])
+    assert target_refused(load_by_name("write_only_response"), "live", ours) is None  # our server, another route
+
+
 # ---- our own OpenAI route: the same verdicts as the native route ----
 
 @pytest.mark.parametrize("name", PEER_SCENARIOS)
