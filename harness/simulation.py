@@ -244,6 +244,9 @@ class SimStepClock:
     def post(self, at: float, fn, *args) -> None:
         self.loop.call_at(at, fn, *args)
 
+    def cpu_waited(self) -> float:
+        return 0.0  # virtual time waits for no CPU
+
 
 async def drive(hub: Hub, clock: SimStepClock) -> None:
     """The hub's own step loop (Hub.step_loop), awaited on virtual time instead of blocking a thread."""

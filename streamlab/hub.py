@@ -379,7 +379,7 @@ class Hub:
     def run_step(self, clock: "StepClock") -> tuple[StepOutput, float]:
         """One engine step: first tokens handed over per prefill pass, releases noted, the step
         logged, and its events posted to the event loop at the time the clock says it ended."""
-        began = clock.begin()
+        began, cpu_waited = clock.begin(), clock.cpu_waited()
         # Bytes written to clients since the last step began: work on the same cores between steps (harness.timing.pace).
         bytes_before, self.books.bytes_logged = self.books.bytes_out - self.books.bytes_logged, self.books.bytes_out
         prefilled_early = prefill_tokens_early = events_early = 0
@@ -401,7 +401,7 @@ class Hub:
         self.books.step_log.append(StepRecord(began, end - began, out.prefilled + prefilled_early, out.decoded,
                                         out.prefill_tokens + prefill_tokens_early,
                                         len(out.tokens) + len(out.finished) + events_early, out.decode_context,
-                                        cpu_s, bytes_before))
+                                        cpu_s, bytes_before, cpu_waited))
         self.step_costs.observe(out.decoded + out.prefill_tokens + prefill_tokens_early, end - began)
         if not self.waits_for_readers:
             clock.post(end, self._deliver, out, end)

@@ -22,6 +22,7 @@ class StepRecord(NamedTuple):
     decode_context: int = 0  # tokens the decoded sequences attended to, summed
     cpu_s: float = 0.0  # the step thread's CPU time in the step: no wait for the GIL or the CPU in it
     bytes_out: int = 0  # bytes the event loop handed to clients (/v1/stream's events) since the last step began
+    cpu_waited_s: float = 0.0  # the step thread's run delay until this step began (step_clock.CpuWait), cumulative
 
 
 @dataclass

@@ -283,6 +283,30 @@ def test_the_pace_counts_busy_steps_only():
     assert timing.step_pace(trace, profile) is None
 
 
+
+def test_the_pace_keeps_a_cpu_quotas_pauses_as_the_fit_keeps_them():
+    """Under a CPU quota one period in several holds a pause in which the step thread was ready but
+    had no CPU (its run delay, the step log's cpu_waited_s). The loop was busy: the pause is kept in
+    the pace as the fit's mean periods keep it, neither read as a wait for work nor as an outlier.
+    Without the run delay the same periods are left out, and what is left reads faster."""
+    profile = SimBackend().profile("tiny")
+    step = {"decoded": 4, "prefilled": 0, "prompt_tokens": 0, "decode_context": 0, "events": 4}
+    cost = profile.logged_cost(step)
+    pause = 6 * cost  # a 0.25 quota's pause is several steps long
+    steps, at, waited = [], 0.0, 0.0
+    for i in range(3 * timing.PACE_MIN_STEPS):
+        steps.append(dict(step, began=at, seconds=cost, cpu_waited_s=waited))
+        held = pause if i % 3 == 2 else 0.0  # every third period: the pause, after the step's end
+        at, waited = at + cost + held, waited + held
+    trace = client_trace("steps", "live", [])
+    trace.steps = steps
+    k, n = timing.step_pace(trace, profile)
+    assert n == len(steps) - 1 and k == pytest.approx(1 + pause / 3 / cost, rel=0.05), k  # 3.0: the mean period
+    for s in steps:
+        s["cpu_waited_s"] = 0.0
+    k, _ = timing.step_pace(trace, profile)
+    assert k == pytest.approx(1.0), k  # the pauses read as waits for work and fell out
+
 def test_better_picks_the_run_nearest_the_inside_of_its_bound():
     assert timing.better([1.6, 1.1], 0.7, 1.4) == 1.1
     assert timing.better([0.5, 1.5], 0.7, 1.4) == 1.5  # 1.5/1.4 is nearer than 0.7/0.5
