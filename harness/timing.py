@@ -254,23 +254,52 @@ def timing_ratio(live: Trace, sim: Trace, group: str, metric: str, figure=typica
     return lv / sv if lv and sv else None
 
 
+def machine_pause(trace: Trace, group: str, metric: str) -> float:
+    """The longest time the live step thread was ready to run but had no CPU within one step
+    period (the step log's run delay, streamlab.step_clock.CpuWait), among the periods that overlap
+    the group's span for `metric` (first send to its last first token, or to its last end): the
+    quantum of the machine's own time, a CPU quota's throttling pause or another process's time
+    slice. 0 in simulation and for a server without a step log."""
+    streams = [s for s in trace.group(group) if s.sent_at is not None]
+    ends = [s.sent_at + v for s in streams for v in metric_values([s], metric)]
+    if not ends or not trace.steps:
+        return 0.0
+    start, end = min(s.sent_at for s in streams), max(ends)
+    return max((min(b["began"] - a["began"], b.get("cpu_waited_s", 0.0) - a.get("cpu_waited_s", 0.0))
+                for a, b in zip(trace.steps, trace.steps[1:]) if a["began"] < end and b["began"] > start),
+               default=0.0)
+
+
 def parity_rows(scenario: "Scenario", pairs: list[tuple[Trace, Trace]]) -> list[dict]:
     """One row per group and timing metric: the simulated and live interquartile means of the first
     of `pairs` (a live run and the simulation it is judged against) and their ratio, in bounds or
     not (the p50s' ratio beside it, reported). With more live runs, each against its own
-    simulation (at that run's pace), the ratio judged is the best of them (AGAIN)."""
+    simulation (at that run's pace), the ratio judged is the best of them (AGAIN).
+
+    A run whose figure lies within one machine pause of its simulation's (machine_pause: measured
+    in that run, in that group's span) agrees whatever the ratio: the simulation spreads the
+    machine's pauses over every step as their mean (the fit's mean periods), while live one whole
+    pause lands in a figure or none does. At a 0.25 quota (5 ms of CPU per 10 ms) a lone
+    first token of 9.3 ms simulated read 15.6-19.1 ms live in three runs, 1.68-2.05x, its prefill
+    step holding an 8 ms pause; a figure of hundreds of milliseconds is not moved by one pause,
+    and at full speed a pause is a time slice."""
     rows = []
     live, sim = pairs[0]
     for group in dict.fromkeys(s.group for s in sim.streams):
         for metric, lo, hi in timing_tolerance(scenario, group):
-            ratios = [r for t, st in pairs if (r := timing_ratio(t, st, group, metric))]
-            if not ratios:
+            runs = [(r, t, st) for t, st in pairs if (r := timing_ratio(t, st, group, metric))]
+            if not runs:
                 continue
+            ratios = [r for r, _, _ in runs]
             ratio = better(ratios, lo, hi)
+            within = [pause for _, t, st in runs
+                      if abs(typical(t, group, metric) - typical(st, group, metric)) <= (pause := machine_pause(t, group, metric))]
             rows.append({"scenario": scenario.name, "group": group, "metric": metric,
                          "sim_s": typical(sim, group, metric), "live_s": typical(live, group, metric),
                          "ratio": ratio, "p50_ratio": timing_ratio(live, sim, group, metric, p50),
-                         "ratios": ratios, "low": lo, "high": hi, "ok": lo <= ratio <= hi})
+                         "ratios": ratios, "low": lo, "high": hi,
+                         "within_pause_s": None if lo <= ratio <= hi or not within else max(within),
+                         "ok": lo <= ratio <= hi or bool(within)})
     return rows
 
 
@@ -294,6 +323,8 @@ def parity(scenario: "Scenario", pairs: list[tuple[Trace, Trace]], judge_timing:
         runs = (f" ({len(row['ratios'])} live runs: {', '.join(f'{r:.2f}x' for r in row['ratios'])})"
                 if len(row["ratios"]) > 1 else "")
         ratios.append(f"{row['group']} {row['metric']} {row['ratio']:.2f}x{runs}")
+        if row["within_pause_s"] is not None:
+            ratios[-1] += f" (within one machine pause of its simulation: {row['within_pause_s'] * 1e3:.1f} ms)"
         if not row["ok"]:
             what = f"{row['group']} {row['metric']} {FIGURE} live/sim {row['ratio']:.2f}x outside [{row['low']:g}, {row['high']:g}]"
             if judge_timing:
@@ -310,7 +341,7 @@ def parity(scenario: "Scenario", pairs: list[tuple[Trace, Trace]], judge_timing:
         problems.append("one mode leaked and the other did not")
     bound = (f"same outcomes, token ids, releases and leaks; {FIGURE} live/sim completion in "
              f"[{PARITY_COMPLETION[0]:g}, {PARITY_COMPLETION[1]:g}], TTFT in [{PARITY_TTFT[0]:g}, {PARITY_TTFT[1]:g}]"
-             f"{best_of(len(pairs))}; simulated under this session's profile"
+             f"{best_of(len(pairs))}, or within one pause of the machine's in that run; simulated under this session's profile"
              f"{''.join('; ' + n for _, t in pairs for n in t.notes if n.startswith(PACED))}")
     if wider:
         bound += f"; wider for {', '.join(wider.groups) or 'every group'}: {wider.reason}"

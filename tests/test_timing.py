@@ -374,3 +374,35 @@ def test_a_run_is_paced_by_its_least_moved_window():
     k = timing.run_pace(live, sim, profile, ["healthy", "slow"])
     assert k == pytest.approx(1.0, abs=0.05) and not timing.moved(k)
     assert runner.RunContext().references.at_the_pace(scenario, live, sim, SimBackend()) is None
+
+
+def test_a_figure_within_one_machine_pause_of_its_simulation_agrees():
+    """Live, a CPU quota's pause lands whole in a lone first token or not at all; the simulation
+    spreads it over every step. A first token late by less than the longest pause the step thread
+    took in its span agrees; late by more, or with no such pause (a faster machine, or a real
+    regression), it does not."""
+    scenario = load_by_name("overlap_1")
+    sim = runner.simulate(scenario)[0]
+    group = sim.streams[0].group
+    ttft = timing.typical(sim, group, "ttft_s")
+    late = 1.2 * ttft  # 2.2x: outside [0.6, 1.6]
+
+    def live(pause_s: float, late_s: float):
+        out = _mode(copy.deepcopy(sim))
+        for s in out.streams:
+            s.token_times = [t + late_s for t in s.token_times]
+            s.ended_at += late_s
+        waited = 0.0
+        for st in out.steps:  # the first step period after the send holds the pause; later steps are late
+            st["cpu_waited_s"], st["began"] = waited, st["began"] + (late_s if waited else 0.0)
+            if st["began"] > out.streams[0].sent_at and not waited:
+                waited = pause_s
+        return out
+
+    held = timing.parity(scenario, [(live(late + 0.001, late), sim)])
+    assert held.passed, held.details
+    assert "within one machine pause" in held.figure
+    assert timing.machine_pause(live(late + 0.001, late), group, "ttft_s") == pytest.approx(late + 0.001)
+    assert not timing.parity(scenario, [(live(0.0, late), sim)]).passed  # no pause: late is late
+    assert not timing.parity(scenario, [(live(late / 2, late), sim)]).passed  # a pause shorter than the lateness
+    assert timing.machine_pause(sim, group, "ttft_s") == 0.0
