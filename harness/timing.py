@@ -255,19 +255,24 @@ def timing_ratio(live: Trace, sim: Trace, group: str, metric: str, figure=typica
 
 
 def machine_pause(trace: Trace, group: str, metric: str) -> float:
-    """The longest time the live step thread was ready to run but had no CPU within one step
-    period (the step log's run delay, streamlab.step_clock.CpuWait), among the periods that overlap
-    the group's span for `metric` (first send to its last first token, or to its last end): the
-    quantum of the machine's own time, a CPU quota's throttling pause or another process's time
-    slice. 0 in simulation and for a server without a step log."""
+    """The longest time the live step thread was ready to run but had no CPU in one step, or in one
+    busy gap between two steps (BUSY_GAP_S), among those within the group's span for `metric`
+    (its first send to its last first token, or to its last end): the machine's own quantum of
+    time, a CPU quota's throttling pause (a long step may hold more than one) or another process's
+    time slice. 0 in simulation and for a server without a step log."""
     streams = [s for s in trace.group(group) if s.sent_at is not None]
     ends = [s.sent_at + v for s in streams for v in metric_values([s], metric)]
     if not ends or not trace.steps:
         return 0.0
     start, end = min(s.sent_at for s in streams), max(ends)
-    return max((min(b["began"] - a["began"], b.get("cpu_waited_s", 0.0) - a.get("cpu_waited_s", 0.0))
-                for a, b in zip(trace.steps, trace.steps[1:]) if a["began"] < end and b["began"] > start),
-               default=0.0)
+    longest = 0.0
+    for a, b in zip(trace.steps, trace.steps[1:]):
+        if a["began"] >= end or a["began"] + a["seconds"] <= start:
+            continue
+        in_step, in_gap = machine_waits(a, b)
+        busy = busy_gap(a, b, in_gap) < BUSY_GAP_S and b["began"] < end
+        longest = max(longest, min(in_step, a["seconds"]), in_gap if busy else 0.0)
+    return longest
 
 
 def parity_rows(scenario: "Scenario", pairs: list[tuple[Trace, Trace]]) -> list[dict]:
@@ -276,30 +281,34 @@ def parity_rows(scenario: "Scenario", pairs: list[tuple[Trace, Trace]]) -> list[
     not (the p50s' ratio beside it, reported). With more live runs, each against its own
     simulation (at that run's pace), the ratio judged is the best of them (AGAIN).
 
-    A run whose figure lies within one machine pause of its simulation's (machine_pause: measured
-    in that run, in that group's span) agrees whatever the ratio: the simulation spreads the
-    machine's pauses over every step as their mean (the fit's mean periods), while live one whole
-    pause lands in a figure or none does. At a 0.25 quota (5 ms of CPU per 10 ms) a lone
-    first token of 9.3 ms simulated read 15.6-19.1 ms live in three runs, 1.68-2.05x, its prefill
-    step holding an 8 ms pause; a figure of hundreds of milliseconds is not moved by one pause,
-    and at full speed a pause is a time slice."""
+    A run late by no more than one machine pause (machine_pause: measured in that run, in that
+    group's span) agrees: its figure less the pause is within the upper bound (the lower bound is
+    not moved: a pause only makes a figure late). The simulation spreads the machine's pauses over
+    every step as their mean (the fit's mean periods), while live a whole pause lands in a figure
+    or none does. At a 0.25 quota (5 ms of CPU per 10 ms on 2 cores) a lone first token simulated
+    at 9.3 ms read 15.6-19.1 ms live in three runs, 1.68-2.05x, its prefill step holding an 8 ms
+    pause; a figure of hundreds of milliseconds is not moved by one pause, and unthrottled a pause
+    is another process's time slice.
+    """
     rows = []
     live, sim = pairs[0]
     for group in dict.fromkeys(s.group for s in sim.streams):
         for metric, lo, hi in timing_tolerance(scenario, group):
-            runs = [(r, t, st) for t, st in pairs if (r := timing_ratio(t, st, group, metric))]
+            runs = [(n, r, t, st) for n, (t, st) in enumerate(pairs, 1) if (r := timing_ratio(t, st, group, metric))]
             if not runs:
                 continue
-            ratios = [r for r, _, _ in runs]
+            ratios = [r for _, r, _, _ in runs]
             ratio = better(ratios, lo, hi)
-            within = [pause for _, t, st in runs
-                      if abs(typical(t, group, metric) - typical(st, group, metric)) <= (pause := machine_pause(t, group, metric))]
+            late = None
+            if not lo <= ratio <= hi:
+                late = next(({"run": n, "ratio": r, "pause_s": pause} for n, r, t, st in runs
+                             if lo <= r and (typical(t, group, metric) - (pause := machine_pause(t, group, metric)))
+                             <= hi * typical(st, group, metric)), None)
             rows.append({"scenario": scenario.name, "group": group, "metric": metric,
                          "sim_s": typical(sim, group, metric), "live_s": typical(live, group, metric),
                          "ratio": ratio, "p50_ratio": timing_ratio(live, sim, group, metric, p50),
-                         "ratios": ratios, "low": lo, "high": hi,
-                         "within_pause_s": None if lo <= ratio <= hi or not within else max(within),
-                         "ok": lo <= ratio <= hi or bool(within)})
+                         "ratios": ratios, "low": lo, "high": hi, "late_by_a_pause": late,
+                         "ok": lo <= ratio <= hi or late is not None})
     return rows
 
 
@@ -323,8 +332,9 @@ def parity(scenario: "Scenario", pairs: list[tuple[Trace, Trace]], judge_timing:
         runs = (f" ({len(row['ratios'])} live runs: {', '.join(f'{r:.2f}x' for r in row['ratios'])})"
                 if len(row["ratios"]) > 1 else "")
         ratios.append(f"{row['group']} {row['metric']} {row['ratio']:.2f}x{runs}")
-        if row["within_pause_s"] is not None:
-            ratios[-1] += f" (within one machine pause of its simulation: {row['within_pause_s'] * 1e3:.1f} ms)"
+        if (late := row["late_by_a_pause"]) is not None:
+            ratios[-1] += (f" (run {late['run']}: {late['ratio']:.2f}x, late by no more than one machine pause, "
+                           f"{late['pause_s'] * 1e3:.1f} ms)")
         if not row["ok"]:
             what = f"{row['group']} {row['metric']} {FIGURE} live/sim {row['ratio']:.2f}x outside [{row['low']:g}, {row['high']:g}]"
             if judge_timing:
@@ -341,7 +351,7 @@ def parity(scenario: "Scenario", pairs: list[tuple[Trace, Trace]], judge_timing:
         problems.append("one mode leaked and the other did not")
     bound = (f"same outcomes, token ids, releases and leaks; {FIGURE} live/sim completion in "
              f"[{PARITY_COMPLETION[0]:g}, {PARITY_COMPLETION[1]:g}], TTFT in [{PARITY_TTFT[0]:g}, {PARITY_TTFT[1]:g}]"
-             f"{best_of(len(pairs))}, or within one pause of the machine's in that run; simulated under this session's profile"
+             f"{best_of(len(pairs))}, or late by no more than one pause of the machine's in that run; simulated under this session's profile"
              f"{''.join('; ' + n for _, t in pairs for n in t.notes if n.startswith(PACED))}")
     if wider:
         bound += f"; wider for {', '.join(wider.groups) or 'every group'}: {wider.reason}"
@@ -376,6 +386,20 @@ PACE_OUTLIER = 2.0
 PACED = "paced"  # how a paced simulation's note begins
 
 
+def machine_waits(a: dict, b: dict) -> tuple[float, float]:
+    """The step thread's run delay (ready to run, no CPU: streamlab.step_clock.CpuWait) in step
+    `a`, and in the gap from its end to the next step `b`'s start; 0 where the log has none."""
+    began, ended = a.get("cpu_waited_s", 0.0), a.get("cpu_waited_end_s", 0.0)
+    if not ended:
+        return 0.0, 0.0
+    return max(0.0, ended - began), max(0.0, b.get("cpu_waited_s", 0.0) - ended)
+
+
+def busy_gap(a: dict, b: dict, in_gap: float) -> float:
+    """From step a's end to step b's start, less the time the step thread had no CPU in it."""
+    return b["began"] - a["began"] - a["seconds"] - in_gap
+
+
 def step_pace(trace: Trace, profile: "StepCostProfile",
               window: tuple[float, float] | None = None) -> tuple[float, int] | None:
     """The trace's busy step periods (the next step began within BUSY_GAP_S of this one's end, not
@@ -398,8 +422,9 @@ def step_pace(trace: Trace, profile: "StepCostProfile",
         # judged, kept in the period, as the fit's mean periods keep it (calibrate.fit_serving).
         # Judged with it, a 0.25 quota's 7.5 ms pauses read as an idle loop or an outlier, and the
         # pace of what was left read 0.41-0.51x while the fit's own periods held them.
-        waited = min(period, max(0.0, b.get("cpu_waited_s", 0.0) - a.get("cpu_waited_s", 0.0)))
-        if period <= 0 or period - waited - a["seconds"] - bytes_s >= BUSY_GAP_S:
+        in_step, in_gap = machine_waits(a, b)
+        waited = min(period, in_step + in_gap)
+        if period <= 0 or busy_gap(a, b, in_gap) - bytes_s >= BUSY_GAP_S:
             continue
         if window is not None and not window[0] <= a["began"] <= window[1]:
             continue

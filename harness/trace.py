@@ -98,7 +98,8 @@ class Trace(ServerBooks):
         data.pop("step_timing")
         if self.mode == "sim":
             for step in data["steps"]:
-                step.pop("cpu_s", None)  # the step thread's CPU time: the machine's, not the scenario's
+                for key in ("cpu_s", "cpu_waited_s", "cpu_waited_end_s"):  # the machine's, not the scenario's
+                    step.pop(key, None)
         return json.dumps(data, indent=1, sort_keys=True, default=str)
 
     def group(self, name: str) -> list[StreamRecord]:

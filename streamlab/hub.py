@@ -396,12 +396,12 @@ class Hub:
         cpu0 = time.thread_time()
         out = self.engine.step(hand_over if self.early_first_token else None)
         cpu_s = time.thread_time() - cpu0
-        end = clock.end(out)
+        end, cpu_waited_end = clock.end(out), clock.cpu_waited()
         self.books.record_releases(out, end)
         self.books.step_log.append(StepRecord(began, end - began, out.prefilled + prefilled_early, out.decoded,
                                         out.prefill_tokens + prefill_tokens_early,
                                         len(out.tokens) + len(out.finished) + events_early, out.decode_context,
-                                        cpu_s, bytes_before, cpu_waited))
+                                        cpu_s, bytes_before, cpu_waited, cpu_waited_end))
         self.step_costs.observe(out.decoded + out.prefill_tokens + prefill_tokens_early, end - began)
         if not self.waits_for_readers:
             clock.post(end, self._deliver, out, end)
@@ -418,6 +418,7 @@ class Hub:
     def _run(self, warm_up: Callable[[], None] | None = None, warmed: threading.Event | None = None) -> None:
         """The step thread: the step loop on the wall clock."""
         assert self._loop is not None
+        clock = None
         try:
             try:
                 if warm_up is not None:
@@ -425,7 +426,8 @@ class Hub:
             finally:
                 if warmed is not None:
                     warmed.set()
-            for wait, out, end in self.step_loop(WallStepClock(self.clock, self._loop)):
+            clock = WallStepClock(self.clock, self._loop)
+            for wait, out, end in self.step_loop(clock):
                 if wait is Wait.IDLE:
                     self._work.wait(IDLE_POLL_S)
                 elif wait is Wait.READERS:
@@ -439,6 +441,9 @@ class Hub:
                 # Wait.STEP_END: on the wall clock the step has already ended.
         except BaseException as exc:  # a broken engine must not fail silently
             self.fail(exc)
+        finally:
+            if clock is not None:
+                clock.cpu_waited.close()
 
     # ---- inspection ----
 

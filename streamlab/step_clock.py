@@ -52,8 +52,14 @@ class CpuWait:
                 self._fd = os.open(SCHEDSTAT, os.O_RDONLY)
             return int(os.pread(self._fd, 100, 0).split()[1]) / 1e9
         except (OSError, IndexError, ValueError):
+            self.close()
             self._absent = True
             return 0.0
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
 
 
 class WallStepClock:

@@ -22,7 +22,10 @@ class StepRecord(NamedTuple):
     decode_context: int = 0  # tokens the decoded sequences attended to, summed
     cpu_s: float = 0.0  # the step thread's CPU time in the step: no wait for the GIL or the CPU in it
     bytes_out: int = 0  # bytes the event loop handed to clients (/v1/stream's events) since the last step began
-    cpu_waited_s: float = 0.0  # the step thread's run delay until this step began (step_clock.CpuWait), cumulative
+    # The step thread's run delay (step_clock.CpuWait), cumulative, when the step began and when it
+    # ended: in the step, and (to the next step's start) in the gap after it.
+    cpu_waited_s: float = 0.0
+    cpu_waited_end_s: float = 0.0
 
 
 @dataclass

@@ -293,19 +293,28 @@ def test_the_pace_keeps_a_cpu_quotas_pauses_as_the_fit_keeps_them():
     step = {"decoded": 4, "prefilled": 0, "prompt_tokens": 0, "decode_context": 0, "events": 4}
     cost = profile.logged_cost(step)
     pause = 6 * cost  # a 0.25 quota's pause is several steps long
+    assert pause > 2 * timing.BUSY_GAP_S
     steps, at, waited = [], 0.0, 0.0
     for i in range(3 * timing.PACE_MIN_STEPS):
-        steps.append(dict(step, began=at, seconds=cost, cpu_waited_s=waited))
-        held = pause if i % 3 == 2 else 0.0  # every third period: the pause, after the step's end
-        at, waited = at + cost + held, waited + held
+        inside = pause if i % 4 == 1 else 0.0  # one step in four holds the pause...
+        after = pause if i % 4 == 3 else 0.0  # ...and one gap in four
+        steps.append(dict(step, began=at, seconds=cost + inside, cpu_waited_s=waited, cpu_waited_end_s=waited + inside))
+        at, waited = at + cost + inside + after, waited + inside + after
     trace = client_trace("steps", "live", [])
     trace.steps = steps
     k, n = timing.step_pace(trace, profile)
-    assert n == len(steps) - 1 and k == pytest.approx(1 + pause / 3 / cost, rel=0.05), k  # 3.0: the mean period
+    assert n == len(steps) - 1 and k == pytest.approx(1 + 2 * pause / 4 / cost, rel=0.05), k  # 4.0: the mean period
+    # A step that held a pause, then waits for work as long: the wait is the loop's, not the pause's.
+    waiting = client_trace("steps", "live", [])
+    waiting.steps = copy.deepcopy(steps)
+    assert waiting.steps[21]["cpu_waited_end_s"] > waiting.steps[21]["cpu_waited_s"]
+    for s in waiting.steps[22:]:
+        s["began"] += pause
+    assert timing.step_pace(waiting, profile)[1] == n - 1
     for s in steps:
-        s["cpu_waited_s"] = 0.0
+        s["cpu_waited_s"] = s["cpu_waited_end_s"] = 0.0
     k, _ = timing.step_pace(trace, profile)
-    assert k == pytest.approx(1.0), k  # the pauses read as waits for work and fell out
+    assert k == pytest.approx(1.0), k  # unmeasured, the pauses read as waits for work or outliers and fell out
 
 def test_better_picks_the_run_nearest_the_inside_of_its_bound():
     assert timing.better([1.6, 1.1], 0.7, 1.4) == 1.1
@@ -392,17 +401,26 @@ def test_a_figure_within_one_machine_pause_of_its_simulation_agrees():
         for s in out.streams:
             s.token_times = [t + late_s for t in s.token_times]
             s.ended_at += late_s
-        waited = 0.0
-        for st in out.steps:  # the first step period after the send holds the pause; later steps are late
-            st["cpu_waited_s"], st["began"] = waited, st["began"] + (late_s if waited else 0.0)
-            if st["began"] > out.streams[0].sent_at and not waited:
-                waited = pause_s
+        waited, held = 0.0, False
+        for st in out.steps:  # the first step after the send holds the pause; later steps are late
+            st["began"] += late_s if held else 0.0
+            st["cpu_waited_s"] = waited
+            if st["began"] >= out.streams[0].sent_at and not held:
+                held, waited = True, waited + pause_s
+                st["seconds"] += late_s
+            st["cpu_waited_end_s"] = waited
         return out
 
-    held = timing.parity(scenario, [(live(late + 0.001, late), sim)])
+    held = timing.parity(scenario, [(live(late, late), sim)])
     assert held.passed, held.details
-    assert "within one machine pause" in held.figure
-    assert timing.machine_pause(live(late + 0.001, late), group, "ttft_s") == pytest.approx(late + 0.001)
+    assert "late by no more than one machine pause" in held.figure
+    assert timing.machine_pause(live(late, late), group, "ttft_s") == pytest.approx(late)
     assert not timing.parity(scenario, [(live(0.0, late), sim)]).passed  # no pause: late is late
-    assert not timing.parity(scenario, [(live(late / 2, late), sim)]).passed  # a pause shorter than the lateness
+    assert not timing.parity(scenario, [(live(late / 3, late), sim)]).passed  # 2.2x less a short pause: 1.8x
     assert timing.machine_pause(sim, group, "ttft_s") == 0.0
+    early = -0.5 * ttft  # 0.5x: a pause never excuses a figure that came early
+    assert not timing.parity(scenario, [(live(ttft, early), sim)]).passed
+    rows = timing.parity_rows(scenario, [(live(late + 0.001, late), sim)])
+    assert [r["late_by_a_pause"]["run"] for r in rows if r["late_by_a_pause"]] == [1]
+    from harness.report import parity_summary
+    assert "1 more past them by no more than one machine pause" in parity_summary(rows)
