@@ -258,8 +258,12 @@ def machine_pause(trace: Trace, group: str, metric: str) -> float:
     """The longest time the live step thread was ready to run but had no CPU in one step, or in one
     busy gap between two steps (BUSY_GAP_S), among those within the group's span for `metric`
     (its first send to its last first token, or to its last end): the machine's own quantum of
-    time, a CPU quota's throttling pause (a long step may hold more than one) or another process's
-    time slice. 0 in simulation and for a server without a step log."""
+    time, a CPU quota's throttling pause or another process's time slice. Under a quota, no more
+    than the longest pause it can make (harness.machine.quota_pause_s): a step of several quota
+    periods holds several pauses, and the simulation spreads all but one of them as it should.
+    0 in simulation and for a server without a step log."""
+    from harness.machine import quota_pause_s  # the machine's module reads the fit, which reads this one
+
     streams = [s for s in trace.group(group) if s.sent_at is not None]
     ends = [s.sent_at + v for s in streams for v in metric_values([s], metric)]
     if not ends or not trace.steps:
@@ -272,7 +276,8 @@ def machine_pause(trace: Trace, group: str, metric: str) -> float:
         in_step, in_gap = machine_waits(a, b)
         busy = busy_gap(a, b, in_gap) < BUSY_GAP_S and b["began"] < end
         longest = max(longest, min(in_step, a["seconds"]), in_gap if busy else 0.0)
-    return longest
+    cap = quota_pause_s()
+    return longest if cap is None else min(longest, cap)
 
 
 def parity_rows(scenario: "Scenario", pairs: list[tuple[Trace, Trace]]) -> list[dict]:
