@@ -394,9 +394,9 @@ PACED = "paced"  # how a paced simulation's note begins
 def machine_waits(a: dict, b: dict) -> tuple[float, float]:
     """The step thread's run delay (ready to run, no CPU: streamlab.step_clock.CpuWait) in step
     `a`, and in the gap from its end to the next step `b`'s start; 0 where the log has none."""
-    began, ended = a.get("cpu_waited_s", 0.0), a.get("cpu_waited_end_s", 0.0)
-    if not ended:
+    if "cpu_waited_end_s" not in a:  # a log without it (another server, an older one)
         return 0.0, 0.0
+    began, ended = a.get("cpu_waited_s", 0.0), a["cpu_waited_end_s"]
     return max(0.0, ended - began), max(0.0, b.get("cpu_waited_s", 0.0) - ended)
 
 
