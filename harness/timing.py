@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from harness.trace import Trace, holds_nothing, interquartile_mean, metric_values, outcomes, percentile
+from harness.cpu_quota import quota_pause_s
 from harness.verdict import CheckResult
 
 if TYPE_CHECKING:
@@ -259,10 +260,9 @@ def machine_pause(trace: Trace, group: str, metric: str) -> float:
     busy gap between two steps (BUSY_GAP_S), among those within the group's span for `metric`
     (its first send to its last first token, or to its last end): the machine's own quantum of
     time, a CPU quota's throttling pause or another process's time slice. Under a quota, no more
-    than the longest pause it can make (harness.machine.quota_pause_s): a step of several quota
+    than the longest pause it can make (harness.cpu_quota.quota_pause_s): a step of several quota
     periods holds several pauses, and the simulation spreads all but one of them as it should.
     0 in simulation and for a server without a step log."""
-    from harness.machine import quota_pause_s  # the machine's module reads the fit, which reads this one
 
     streams = [s for s in trace.group(group) if s.sent_at is not None]
     ends = [s.sent_at + v for s in streams for v in metric_values([s], metric)]

@@ -391,9 +391,9 @@ def test_a_figure_within_one_machine_pause_of_its_simulation_agrees(monkeypatch)
     spreads it over every step. A first token late by less than the longest pause the step thread
     took in its span agrees; late by more, or with no such pause (a faster machine, or a real
     regression), it does not."""
-    from harness import machine
-    monkeypatch.setattr(machine, "_cfs", lambda: None)  # whatever quota this test runs under
-    machine.quota_pause_s.cache_clear()
+    from harness import cpu_quota as quota
+    monkeypatch.setattr(quota, "_cfs", lambda: None)  # whatever quota this test runs under
+    quota.quota_pause_s.cache_clear()
     scenario = load_by_name("overlap_1")
     sim = runner.simulate(scenario)[0]
     group = sim.streams[0].group
@@ -428,10 +428,10 @@ def test_a_figure_within_one_machine_pause_of_its_simulation_agrees(monkeypatch)
     assert [r["late_by_a_pause"]["run"] for r in rows if r["late_by_a_pause"]] == [1]
     from harness.report import parity_summary
     assert "1 more past them by no more than one machine pause" in parity_summary(rows)
-    machine.quota_pause_s.cache_clear()
+    quota.quota_pause_s.cache_clear()
     try:  # under a quota, one step's delay counts no more than the longest pause the quota makes
         period_us, cores = int(late * 1e6), len(os.sched_getaffinity(0))
-        monkeypatch.setattr(machine, "_cfs", lambda: (cores * period_us // 2, period_us))  # half of each period
+        monkeypatch.setattr(quota, "_cfs", lambda: (cores * period_us // 2, period_us))  # half of each period
         assert timing.machine_pause(live(4 * late, late), group, "ttft_s") == pytest.approx(late / 2, rel=0.01)
     finally:
-        machine.quota_pause_s.cache_clear()
+        quota.quota_pause_s.cache_clear()
