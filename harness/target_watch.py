@@ -127,6 +127,11 @@ class TargetWatch:
             final = await self.read()
         except (OSError, asyncio.TimeoutError, ValueError) as exc:
             self.settle_note = f"the gauges could not be read after the run: {exc}"
+        # The capacity probe first, then the health route: a peer can learn of its own crash a second
+        # or two late (transformers serve marks its engine dead when its output thread's 1 s read times
+        # out), and a health read at the run's last byte read ok in 2 of 3 runs here after the crash.
+        # After the probe, the run's last requests, the route says what a next client would meet.
+        self.probes["after"] = await self.probe("after")
         health = None
         if self.server.target.health is not None:
             try:
@@ -134,7 +139,6 @@ class TargetWatch:
             except (OSError, asyncio.TimeoutError, ValueError):
                 health = False
         health = health if self.server.endpoint.alive() else False
-        self.probes["after"] = await self.probe("after")
         t = self.server.target
         return {"name": t.name, "profile": t.profile, "api": t.api, "native_books": self.profile.native_books,
                 "gauges": self.profile.gauges.model_dump() if self.profile.gauges else None,
