@@ -17,6 +17,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from harness.scenario import SCENARIOS_DIR, ScenarioError, json_schema, load
+from harness.targets import TARGETS
 
 SCHEMA_PATH = SCENARIOS_DIR / "schema.json"
 
@@ -33,8 +34,8 @@ def build_parser() -> argparse.ArgumentParser:
     suite.add_argument("--mode", choices=["sim", "live", "both"], default="both")
     for p in (run, suite):
         p.add_argument("--target", default=None,
-                       help="live runs aim here: streamlab (default), streamlab-openai, streamlab-chat, "
-                            "transformers-serve, or a loopback URL of a running OpenAI-compatible server")
+                       help=f"live runs aim here: one of {', '.join(TARGETS)} (streamlab by default), "
+                            "or a loopback URL of a running OpenAI-compatible server")
         p.add_argument("--target-api", choices=["streamlab", "openai-completions", "openai-chat"], default=None)
         p.add_argument("--target-model", default=None, help="the model name requests carry (default: the served one)")
         p.add_argument("--target-profile", default=None,
@@ -217,20 +218,23 @@ def _suite(console: Console, ctx, mode: str, pattern: str, update_baseline: bool
         table.add_column(col, justify="right" if col == "wall s" else "left", no_wrap=col == "scenario")
     failed = passed = skipped = 0
     t0 = time.perf_counter()
+    rows: dict[str, list[tuple]] = {p.stem: [] for p in files}  # the table's rows, in name order
+    scenarios = []
     for path in files:
         try:
-            scenario = load(path)
+            scenarios.append(load(path))
         except ScenarioError as exc:
-            table.add_row(path.stem, "-", "[red]INVALID[/]", "", "", str(exc))
+            rows[path.stem].append((path.stem, "-", "[red]INVALID[/]", "", "", str(exc)))
             failed += 1
-            continue
+    for scenario in ctx.run_order(scenarios):
+        row = rows[scenario.name].append
         for m in modes:
             reason = None if m in scenario.modes else f"not a {m} scenario"
             if m == "live" and reason is None:
                 reason = live_unavailable(scenario, ctx.target_for(scenario))
             reason = reason or engine_refused(scenario, m, ctx) or target_refused(scenario, m, ctx)
             if reason:
-                table.add_row(scenario.name, m, "[yellow]skipped[/]", "", "", reason)
+                row((scenario.name, m, "[yellow]skipped[/]", "", "", reason))
                 skipped += 1
                 continue
             outcome = _run(console, scenario, m, ctx)
@@ -244,12 +248,15 @@ def _suite(console: Console, ctx, mode: str, pattern: str, update_baseline: bool
             controls = [c.name for c in outcome.checks if c.expected_to_fail]
             checks = f"{sum(c.ok for c in outcome.checks)}/{len(outcome.checks)}"
             checks += f" (control: {', '.join(controls)} failed as designed)" if controls and outcome.ok else ""
-            table.add_row(scenario.name, m, "[green]passed[/]" if outcome.ok else "[red]FAILED[/]", checks,
-                          f"{outcome.trace.wall_s:.1f}", "\n".join(outcome.failures() + outcome.left_out))
+            row((scenario.name, m, "[green]passed[/]" if outcome.ok else "[red]FAILED[/]", checks,
+                 f"{outcome.trace.wall_s:.1f}", "\n".join(outcome.failures() + outcome.left_out)))
             failed += not outcome.ok
             passed += outcome.ok
             if update_baseline and outcome.ok:
                 baselines.setdefault(scenario.name, {})[m] = baseline_figures(outcome.trace, outcome.sim)
+    for stem in rows:
+        for r in rows[stem]:
+            table.add_row(*r)
     from harness.runner import RESULTS
     if update_baseline:
         save_baselines(baselines)

@@ -120,6 +120,9 @@ async def launch(planned, records: list[StreamRecord], scenario, clock: Callable
     """Run every planned client at its arrival time (join_while: counted from the named group's
     first token), at most `max_clients_at_once` at a time. Shared by simulation and live mode."""
     first_token = {g.name: asyncio.Event() for g in scenario.groups}
+    # A group that ends with no token at all (every request refused: vLLM refuses a blocker whose
+    # prompt and max_tokens pass its context) lets its joiners go at its end: they would wait forever.
+    running = {g.name: sum(1 for pc in planned if pc.group.name == g.name) for g in scenario.groups}
     slots = asyncio.Semaphore(scenario.max_clients_at_once or len(planned) or 1)
     finished = 0
 
@@ -137,6 +140,10 @@ async def launch(planned, records: list[StreamRecord], scenario, clock: Callable
                 await client.run(with_headers(opener_for(pc), wire.headers), scenario.server.max_tokens_budget)
             except (OSError, asyncio.TimeoutError, ConnectionError) as exc:  # refused at connect, say
                 record.failure = f"{type(exc).__name__}: {exc}"
+            finally:
+                running[pc.group.name] -= 1
+                if not running[pc.group.name]:
+                    first_token[pc.group.name].set()
         finished += 1
         if progress:
             progress(finished, len(planned))

@@ -189,15 +189,22 @@ class LiveBackend:
             self._kept[1].stop()
             self._kept = None
 
+    def kept_key(self, scenario: Scenario) -> tuple[str, int] | None:
+        """What a command target's server is started with for this scenario (the model, and the
+        batch size where the command takes it): runs with the same key share one server. None
+        where nothing is kept (our own server, a URL)."""
+        if self.target.command is None:
+            return None
+        sized = self.target.uses("max_batch") or self.target.uses("context")
+        return self.target.serves or scenario.server.model, scenario.server.max_batch if sized else 0
+
     async def _started(self, scenario: Scenario):
         """The run's server, started (or the kept one, still healthy), and the model its requests name."""
         if self.target.command is None:
             endpoint, model = self._endpoint(scenario)
             await endpoint.start()
             return endpoint, model
-        # What the command is started with: the model, and the batch size where the command takes it.
-        sized = self.target.uses("max_batch") or self.target.uses("context")
-        key = (self.target.serves or scenario.server.model, scenario.server.max_batch if sized else 0)
+        key = self.kept_key(scenario)
         if self._kept is not None:
             kept_key, endpoint, model = self._kept
             if kept_key == key and endpoint.alive() and await _answers(endpoint):

@@ -17,7 +17,9 @@ to its length or its end of text, a client's own close, a refusal, an incomplete
 
 from __future__ import annotations
 
-from harness.scenario import Scenario
+from harness.scenario import CorpusPrompt, Scenario
+from harness.targets import Target
+from streamlab.presets import PRESETS
 
 # What any server can give a stream: the scenario's words (harness.checks maps eos to stop).
 PORTABLE_OUTCOMES = {"length", "eos", "stop", "client_left", "refused", "incomplete"}
@@ -25,21 +27,36 @@ PORTABLE_OUTCOMES = {"length", "eos", "stop", "client_left", "refused", "incompl
 KEYED_BAD_REQUESTS = {"missing_key", "wrong_key"}
 
 
-def scenario_refused(scenario: Scenario) -> str | None:
-    """Why none of the scenario runs on another server, or None."""
+def scenario_refused(scenario: Scenario, target: Target | None = None) -> str | None:
+    """Why none of the scenario runs on another server (`target`, where known), or None."""
     if scenario.faults is not None:
         return "its engine faults are injected into our own engine (lab)"
     if scenario.expect.expect_failure:
         return (f"a negative control of our own server (it must fail {', '.join(scenario.expect.expect_failure)} "
                 "there)")
-    if not runnable_groups(scenario)[0]:
-        return "no group a target can run: " + "; ".join(runnable_groups(scenario)[1])
+    keep, why = runnable_groups(scenario, target)
+    if not keep:
+        return "no group a target can run: " + "; ".join(why)
     return None
 
 
-def group_refused(scenario: Scenario, group) -> str | None:
+def _longest_request(group) -> int:
+    """The most tokens one of the group's requests can hold: its prompt's longest (a literal
+    prompt's characters bound its tokens) and its max_new_tokens."""
+    prompt = group.prompt
+    longest = prompt.tokens[1] if isinstance(prompt, CorpusPrompt) else len(getattr(prompt, "text", ""))
+    return longest + group.request.max_new_tokens
+
+
+def group_refused(scenario: Scenario, group, target: Target | None = None) -> str | None:
     """Why one group of the scenario does not run on another server, or None."""
     behaviour = group.behaviour
+    served = PRESETS.get(target.serves or scenario.server.model) if target is not None else None
+    if served is not None and _longest_request(group) > served.shape.n_positions:
+        # vLLM serves stdlib-small (256 positions) for tiny (1024): it refuses such a request, as it should.
+        return (f"{group.name}: asks for up to {_longest_request(group)} tokens, past the "
+                f"{served.shape.n_positions} positions of {target.serves or scenario.server.model}, which "
+                f"{target.name} serves")
     if behaviour.kind == "reconnector":
         return f"{group.name}: resumes by Last-Event-ID (our server's resumption)"
     if behaviour.kind == "bad_request" and behaviour.send in KEYED_BAD_REQUESTS:
@@ -48,17 +65,27 @@ def group_refused(scenario: Scenario, group) -> str | None:
         return f"{group.name}: sends a first-token deadline (our server's deadline gate)"
     if group.request.response_class != "starlette":
         return f"{group.name}: asks for a lab response class"
-    ours = sorted(set(scenario.expect.finish_reasons.get(group.name, {})) - PORTABLE_OUTCOMES)
+    expected = set(scenario.expect.finish_reasons.get(group.name, {}))
+    ours = sorted(expected - PORTABLE_OUTCOMES)
     if ours:
         return f"{group.name}: expects {', '.join(ours)} (our server's own outcome)"
+    # Our server keeps a left stream's slot for its resume window; a stream expected cut off while
+    # it waits behind that slot (proxy_idle_silent's waiter) is served at once where nothing is kept.
+    if "incomplete" in expected and scenario.server.resume_window_s > 0:
+        return f"{group.name}: expects incomplete behind a slot our server's resume window keeps"
     return None
 
 
-def runnable_groups(scenario: Scenario) -> tuple[list, list[str]]:
-    """The groups another server can run, and why each other one is left out."""
+def runnable_groups(scenario: Scenario, target: Target | None = None) -> tuple[list, list[str]]:
+    """The groups another server can run, and why each other one is left out (a group that joins
+    one left out goes with it)."""
     keep, why = [], []
+    refused = {g.name: group_refused(scenario, g, target) for g in scenario.groups}
     for group in scenario.groups:
-        reason = group_refused(scenario, group)
+        reason = refused[group.name]
+        anchor = group.arrival.group if group.arrival.kind == "join_while" else None
+        if reason is None and anchor is not None and refused[anchor] is not None:
+            reason = f"{group.name}: joins {anchor}, which is not run"
         if reason is None:
             keep.append(group)
         else:
@@ -73,10 +100,10 @@ def _bound_kept(bound, names: set[str]) -> bool:
     return bound.group in names and (in_this or bound.baseline_group in names)
 
 
-def for_target(scenario: Scenario) -> tuple[Scenario, list[str]]:
+def for_target(scenario: Scenario, target: Target | None = None) -> tuple[Scenario, list[str]]:
     """The scenario with only the groups another server can run, its expectations narrowed to
     them, and a note per group left out. Call scenario_refused first: some group must remain."""
-    keep, why = runnable_groups(scenario)
+    keep, why = runnable_groups(scenario, target)
     if not why:
         return scenario, []
     names = {g.name for g in keep}

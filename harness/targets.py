@@ -194,10 +194,11 @@ TARGETS: dict[str, Target] = {t.name: t for t in [
 ]}
 
 
-# The scenarios a peer is run on (fast readers, FIN and RST droppers, a slow reader, a latency
-# toxic, bad requests), by the test suite and by `streamlab scenario targets-report`.
-PEER_SCENARIOS = ["overlap_8", "disconnect_fin_early", "disconnect_rst_mid", "slow_reader_pause_1",
-                  "network_latency", "bad_requests"]
+# The scenarios our own server is run on through its OpenAI route, beside its native one (fast
+# readers, FIN and RST droppers, a slow reader, a latency toxic, bad requests): the two routes'
+# verdicts must agree. A foreign peer runs the whole library (harness.target_scope says what of it).
+ROUTE_SCENARIOS = ["overlap_8", "disconnect_fin_early", "disconnect_rst_mid", "slow_reader_pause_1",
+                   "network_latency", "bad_requests"]
 
 # What a peer really does where a check fails on it: asserted as its outcome, with the reason.
 FINDINGS: dict[tuple[str, str], dict[str, str]] = {

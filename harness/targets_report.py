@@ -7,10 +7,10 @@ import time
 from pathlib import Path
 
 from harness.live_run import live_unavailable
-from harness.runner import RunContext, run_scenario
-from harness.scenario import load_by_name
+from harness.runner import RunContext, run_scenario, target_refused
+from harness.scenario import SCENARIOS_DIR, load_by_name
 from harness.registry import unobservable
-from harness.targets import CHECKS, FINDINGS, PEER_SCENARIOS, PROFILES, TARGETS, UNSETTLED
+from harness.targets import CHECKS, FINDINGS, PROFILES, ROUTE_SCENARIOS, TARGETS, UNSETTLED
 
 PAGE = Path("docs") / "TARGETS.md"
 RUN_HERE = ["streamlab", "streamlab-openai", "transformers-serve", "llamacpp", "vllm"]
@@ -36,37 +36,46 @@ def observability_rows() -> list[str]:
     return rows
 
 
+def scenarios_for(target: str) -> list[str]:
+    """What a target is run on: a foreign server the whole library (what of each scenario it can
+    run is harness.target_scope's), our own server on either route the routes' scenarios."""
+    if TARGETS[target].own_server:
+        return ROUTE_SCENARIOS
+    return sorted(p.stem for p in SCENARIOS_DIR.glob("*.yaml"))
+
+
 def run_rows(say=print) -> tuple[list[str], list[str]]:
-    """Each scenario on each target. A target's scenarios run in one session, so a command
-    target's server starts once (harness.live_run.LiveBackend keeps it); the table is by scenario."""
+    """Each scenario on each target. A target's scenarios run in one session, in the order that
+    starts a command target's server once per kind (RunContext.run_order); the table is by scenario."""
     rows = ["| scenario | target | " + " | ".join(CHECKS) + " | wall s |", "|---|---|" + "---|" * (len(CHECKS) + 1)]
     found: dict[tuple[str, str], tuple[str, list[str]]] = {}
     for target in RUN_HERE:
         ctx = RunContext(results_dir=None, target=TARGETS[target])
         try:
-            for name in PEER_SCENARIOS:
-                found[(name, target)] = _row(name, target, ctx, say)
+            for scenario in ctx.run_order([load_by_name(n) for n in scenarios_for(target)]):
+                found[(scenario.name, target)] = _row(scenario, target, ctx, say)
         finally:
             ctx.close()
     notes = []
-    for name in PEER_SCENARIOS:
+    for name in sorted({name for name, _ in found}):
         for target in RUN_HERE:
-            row, row_notes = found[(name, target)]
-            rows.append(row)
-            notes += row_notes
+            if (name, target) in found:
+                row, row_notes = found[(name, target)]
+                rows.append(row)
+                notes += row_notes
     return rows, notes
 
 
-def _row(name: str, target: str, ctx: RunContext, say) -> tuple[str, list[str]]:
-    scenario = load_by_name(name)
-    reason = live_unavailable(scenario, TARGETS[target])
+def _row(scenario, target: str, ctx: RunContext, say) -> tuple[str, list[str]]:
+    name = scenario.name
+    reason = live_unavailable(scenario, TARGETS[target]) or target_refused(scenario, "live", ctx)
     if reason:
         return f"| {name} | {target} | skipped: {reason} |", []
     say(f"{name} on {target}")
     outcome = run_scenario(scenario, "live", ctx)
     got = {c.name: c for c in outcome.checks}
     findings = FINDINGS.get((target, name), {})
-    cells, notes = [], []
+    cells, notes = [], [f"- {name} on `{target}`: {w}" for w in outcome.left_out]
     for check in CHECKS:
         c = got.get(check)
         if c is None:

@@ -14,6 +14,7 @@ import torch
 
 from harness.engines import VLLM_MIN_HEAD, VLLM_SERVER_ENV, llama_server, llama_server_missing, vllm, vllm_missing
 from harness.live import TargetProcess
+from tests.peers import needs_peer
 from streamlab.config import CacheConfig, EngineConfig
 from streamlab.engine.engine import BatchEngine
 from streamlab.export import export_model
@@ -76,7 +77,7 @@ def serving(server: TargetProcess):
     return httpx.Client(base_url=f"http://127.0.0.1:{server.port}", timeout=120)
 
 
-@pytest.mark.skipif(llama_server_missing() is not None, reason=llama_server_missing() or "")
+@needs_peer(llama_server_missing())
 @pytest.mark.parametrize("preset", ["tiny", "stdlib-small", "gpt2-small-random"])
 def test_llama_server_on_our_gguf_makes_our_greedy_tokens(preset, tmp_path):
     loaded = load_model(preset)
@@ -95,7 +96,7 @@ def test_llama_server_on_our_gguf_makes_our_greedy_tokens(preset, tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(vllm_missing() is not None, reason=vllm_missing() or "")
+@needs_peer(vllm_missing())
 @pytest.mark.parametrize("preset", [p for p, spec in PRESETS.items()
                                     if spec.shape.n_embd // spec.shape.n_head >= VLLM_MIN_HEAD])
 def test_vllm_on_our_export_makes_our_greedy_tokens(preset, tmp_path):
