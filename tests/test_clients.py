@@ -69,3 +69,16 @@ def test_joiners_arrive_while_their_group_runs_and_no_more_than_the_cap_at_once(
     spans = [(r.sent_at, r.ended_at) for r in trace.streams]
     most = max(sum(1 for a, b in spans if a <= t < b) for t, _ in spans)
     assert most <= 3
+
+
+def test_joiners_of_a_group_that_never_made_a_token_go_when_it_ends():
+    """A group whose every request is refused has no first token to join at (vLLM refuses a
+    request past its context): its joiners are sent when it ends, not held to the run's deadline."""
+    s = scenario([group("refused", {"kind": "bad_request", "send": "malformed_json", "expect_status": 400,
+                                     "expect_error": "invalid_json"}),
+                  group("joiners", {"kind": "reader"}, arrival={"kind": "join_while", "group": "refused",
+                                                               "start_s": 0.0, "end_s": 0.05})])
+    trace, _ = runner.simulate(s)
+    refused_end = max(r.head_at for r in trace.group("refused"))  # its answer: a 400
+    assert all(not r.token_times for r in trace.group("refused"))
+    assert all(j.sent_at >= refused_end and j.finish == "length" for j in trace.group("joiners"))
