@@ -117,7 +117,11 @@ def for_target(scenario: Scenario, target: Target | None = None) -> tuple[Scenar
         parity = None
     elif parity is not None and parity.groups:
         parity = parity.model_copy(update={"groups": [g for g in parity.groups if g in names]})
+    # release_within asks that streams leave early: without a group that does, nothing is left to time.
+    leaves = any(g.behaviour.kind == "dropper" or "client_left" in expect.finish_reasons.get(g.name, {})
+                 for g in keep)
     narrowed = expect.model_copy(update={
+        "release_within": expect.release_within if leaves else None,
         "finish_reasons": {g: v for g, v in expect.finish_reasons.items() if g in names},
         "latency": [b for b in expect.latency if _bound_kept(b, names)],
         "goodput": {g: v for g, v in expect.goodput.items() if g in names},

@@ -90,11 +90,18 @@ class TargetWatch:
             return None
         return read_gauges(await self.server.endpoint.get_body(gauges.path), gauges)
 
+    async def sample(self) -> GaugeReading:
+        """A reading of the gauges, kept as a sample of the run: the poller's, and settle's too
+        (the poller is stopped once settle reads idle, and that last reading is the release the
+        polls before it had not yet seen: on vLLM three droppers read still running without it)."""
+        r = await self.read()
+        self.samples.append((self.server.clock(), r.running, r.waiting, r.cache_in_use))
+        return r
+
     async def _poll(self) -> None:
         while True:
             try:
-                r = await self.read()
-                self.samples.append((self.server.clock(), r.running, r.waiting, r.cache_in_use))
+                await self.sample()
             except (OSError, asyncio.TimeoutError, ValueError):
                 self.poll_errors += 1
             await asyncio.sleep(POLL_S)
@@ -107,7 +114,7 @@ class TargetWatch:
         deadline = time.monotonic() + drain_s
         while time.monotonic() < deadline:
             try:
-                if (await self.read()).idle:
+                if (await self.sample()).idle:
                     return
             except (OSError, asyncio.TimeoutError, ValueError):
                 pass

@@ -10,7 +10,7 @@ from harness.live_run import live_unavailable
 from harness.runner import RunContext, run_scenario, target_refused
 from harness.scenario import SCENARIOS_DIR, load_by_name
 from harness.registry import unobservable
-from harness.targets import CHECKS, FINDINGS, PROFILES, ROUTE_SCENARIOS, TARGETS, UNSETTLED
+from harness.targets import CHECKS, FINDINGS, FRESH_SERVER, PROFILES, ROUTE_SCENARIOS, TARGETS, UNSETTLED
 
 PAGE = Path("docs") / "TARGETS.md"
 RUN_HERE = ["streamlab", "streamlab-openai", "transformers-serve", "llamacpp", "vllm"]
@@ -72,6 +72,8 @@ def _row(scenario, target: str, ctx: RunContext, say) -> tuple[str, list[str]]:
     if reason:
         return f"| {name} | {target} | skipped: {reason} |", []
     say(f"{name} on {target}")
+    if (target, name) in FRESH_SERVER:
+        ctx.close()  # started afresh: FRESH_SERVER says why
     outcome = run_scenario(scenario, "live", ctx)
     got = {c.name: c for c in outcome.checks}
     findings = FINDINGS.get((target, name), {})

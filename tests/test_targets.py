@@ -13,7 +13,7 @@ from harness.live_run import live_unavailable
 from harness.runner import RunContext, run_scenario, target_refused
 from harness.scenario import Scenario, load_by_name
 from harness.registry import BY_NAME, unobservable
-from harness.targets import FINDINGS, PROFILES, ROUTE_SCENARIOS, TARGETS, UNSETTLED, Target, read_gauges, resolve_target
+from harness.targets import FINDINGS, FRESH_SERVER, PROFILES, ROUTE_SCENARIOS, TARGETS, UNSETTLED, Target, read_gauges, resolve_target
 from harness.wire import OpenAIWire
 from streamlab.sse import SSEParser
 from tests.live import AppServer, running
@@ -223,6 +223,8 @@ def test_a_target_runs_every_group_it_can_and_leaves_out_our_servers_own():
     assert groups == ["readers", "leavers"] and "Last-Event-ID" in notes[0]
     groups, notes = kept("access_key")
     assert groups == ["keyed"] and len(notes) == 2
+    narrowed, _ = for_target(load_by_name("proxy_nginx"), TARGETS["vllm"])  # its droppers ask past 256
+    assert narrowed.expect.release_within is None and load_by_name("proxy_nginx").expect.release_within
     groups, notes = kept("proxy_idle_silent")  # its waiter is cut behind the slot our resume window keeps
     assert groups == ["holder"] and "resume window" in notes[0]
     # vLLM serves stdlib-small (256 positions): a 300-token blocker is left out, and its joiners with it
@@ -326,6 +328,8 @@ def test_a_real_peer_through_toxiproxy(peer, name, peer_sessions):
     reason = live_unavailable(scenario, TARGETS[peer]) or target_refused(scenario, "live", peer_sessions(peer))
     if reason:
         pytest.skip(reason)
+    if (peer, name) in FRESH_SERVER:  # the finding needs a server that served nothing before
+        peer_sessions(peer).close()
     outcome = run_scenario(scenario, "live", peer_sessions(peer))
     findings = FINDINGS.get((peer, name), {})
     got = {c.name: c for c in outcome.checks}
