@@ -64,7 +64,7 @@ async def one_client(port: int, kind: str, rng: random.Random, tally: Counter) -
     while head.status == 200 and not again.ended:
         await again.read_events(None, DEADLINE_S)
     again.close_fin()
-    # 410: it left after the server had written the last event (the stream counts as read).
+    # 410: it had read the last event already (a completed stream replays an unread tail for the window).
     key = "reconnector" if head.status == 200 else f"resume_{head.status}"
     tally[key] += 1
 

@@ -84,11 +84,23 @@ async def test_unknown_resumes_are_refused_before_the_first_byte(tiny, last_id, 
         assert_clean(await svc.settle())
 
 
-async def test_a_completed_and_read_stream_cannot_be_resumed(tiny):
-    async with running_service(cfg(), tiny) as svc:
+async def test_a_completed_stream_replays_its_unread_tail_within_the_window(tiny):
+    """The server wrote the last events; a client cut off before they arrived (found by the
+    swarm: a reconnector on a slow link got 410 and lost its last token) gets them replayed,
+    for the resume window after the stream ended. Once read to its end, or after the window,
+    it is gone (410)."""
+    async with running_service(cfg(window_s=0.3), tiny) as svc:
         whole = await svc.call("/v1/stream", BODY)
-        reply = await svc.call("/v1/stream", b"", headers={"last-event-id": whole.events[-2].id})
-        assert reply.status == 410 and "completed" in reply.json()["error"]["message"]
+        tail = await svc.call("/v1/stream", b"", headers={"last-event-id": whole.events[-3].id})
+        assert tail.status == 200 and [e.id for e in tail.events] == [e.id for e in whole.events[-2:]]
+        assert tail.events[-1].event == "done" and tail.events[-2].json() == whole.events[-2].json()
+        read = await svc.call("/v1/stream", b"", headers={"last-event-id": whole.events[-1].id})
+        assert read.status == 410 and "last event was read" in read.json()["error"]["message"]
+        await asyncio.sleep(0.35)
+        late = await svc.call("/v1/stream", b"", headers={"last-event-id": whole.events[-3].id})
+        assert late.status == 410 and "completed over 0.3 s ago" in late.json()["error"]["message"]
+        assert_clean(await svc.settle())
+        assert svc.hub.sizes()["completed_kept"] == 0
 
 
 async def test_a_resume_past_what_the_buffer_keeps_is_a_gap(tiny):

@@ -15,8 +15,8 @@ def test_a_long_run_holds_bounded_state():
     result = asyncio.run(soak(STREAMS, HISTORY, CONCURRENCY, sample_s=0.5, say=lambda *_: None))
     s = summary(result)
     tally = result["tally"]
-    # resume_410: a reconnector that left after the server had written the stream's last event:
-    # the stream counts as read, and a reconnect is told it is gone (documented).
+    # resume_410: a reconnector that came back after the window of a stream that had completed
+    # (its last events replayable for the window after it ended), or after reading its end.
     odd = [k for k in tally if k.startswith(("client_error", "resume_", "refused_")) and k != "resume_410"]
     assert sum(tally.values()) == STREAMS and not odd, tally
     assert tally.get("bad_400", 0) > 0 and tally.get("reconnector", 0) > 0 and tally.get("dropper", 0) > 0, tally
