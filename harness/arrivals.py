@@ -1,7 +1,7 @@
 """Arrival patterns, one class each: its fields in the scenario format and the send times it
 draws for a group's clients from the scenario's seed (times()), together. harness/plan.py plans
 every client with them; join_while's times count from the named group's first token
-(harness/clients.launch)."""
+(harness/clients.launch). A trace also gives each request's prompt and output lengths (shapes())."""
 
 from __future__ import annotations
 
@@ -74,4 +74,54 @@ class JoinWhile(Strict):
         return sorted(rng.uniform(self.start_s, self.end_s) for _ in range(count))
 
 
-Arrival = Annotated[Union[AtOnce, Uniform, Poisson, Offsets, JoinWhile], Field(discriminator="kind")]
+class TraceArrival(Strict):
+    """Each request's arrival time, prompt length and output length replayed from a trace (the
+    group's `count` is how many requests it takes, in order, from `start_s`). Lengths are mapped
+    onto our model: prompt tokens = the trace's x `prompt_scale`, output tokens = the trace's x
+    `output_scale`, each rounded and kept within [1, max]; the prompt's text is cut from our
+    corpus to that length. The defaults bring the Azure trace's (prompts: median 1,469 tokens
+    for code, 1,020 for conversation; outputs: 13 and 129) to about 46 and 32 prompt tokens and
+    3 and 32 output tokens."""
+    kind: Literal["trace"]
+    trace: str = Field(description="a shipped excerpt (scenarios/traces/: azure_code, azure_conversation) or a "
+                                   "path to a CSV or JSONL file")
+    time_column: str = Field("TIMESTAMP", description="seconds, or a date and time")
+    prompt_column: str = "ContextTokens"
+    output_column: str = "GeneratedTokens"
+    start_s: float = Field(0.0, ge=0, description="start this many seconds into the trace")
+    window_s: float | None = Field(None, gt=0, description="take only requests within this many seconds of start_s")
+    speedup: float = Field(1.0, gt=0, description="the trace's time runs this many times faster")
+    prompt_scale: float = Field(1 / 32, gt=0)
+    output_scale: float = Field(1 / 4, gt=0)
+    max_prompt_tokens: int = Field(64, ge=1)
+    max_output_tokens: int = Field(32, ge=1)
+
+    def rows(self, count: int) -> list[tuple[float, int, int]]:
+        """The `count` requests replayed: (seconds after start_s, prompt tokens, output tokens)."""
+        from harness.trace_arrivals import TraceFileError, read_trace
+
+        rows = [(t - self.start_s, p, o) for t, p, o in read_trace(self.trace, self.time_column, self.prompt_column,
+                                                                   self.output_column)
+                if t >= self.start_s and (self.window_s is None or t < self.start_s + self.window_s)]
+        if len(rows) < count:
+            raise TraceFileError(f"{self.trace}: {len(rows)} requests from {self.start_s:g} s"
+                                 f"{f' within {self.window_s:g} s' if self.window_s else ''}, fewer than the "
+                                 f"group's count {count}")
+        return rows[:count]
+
+    def times(self, count: int, rng: random.Random) -> list[float]:
+        return [t / self.speedup for t, _, _ in self.rows(count)]
+
+    def shapes(self, count: int) -> list[tuple[int, int]]:
+        """(prompt tokens, max_new_tokens) for each request, mapped onto our model."""
+        def fit(n: int, scale: float, most: int) -> int:
+            return max(1, min(most, round(n * scale)))
+        return [(fit(p, self.prompt_scale, self.max_prompt_tokens), fit(o, self.output_scale, self.max_output_tokens))
+                for _, p, o in self.rows(count)]
+
+    def longest(self) -> int:
+        """The most tokens one of its requests can hold (prompt and output)."""
+        return self.max_prompt_tokens + self.max_output_tokens
+
+
+Arrival = Annotated[Union[AtOnce, Uniform, Poisson, Offsets, JoinWhile, TraceArrival], Field(discriminator="kind")]

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
+from harness.arrivals import TraceArrival
 from harness.scenario import CorpusPrompt, GroupSpec, Scenario
 from streamlab.presets import PRESETS
 from streamlab.prompts import shipped_prompts
@@ -43,10 +44,16 @@ def plan(scenario: Scenario, tokenizer) -> list[PlannedClient]:
     planned = []
     for group in scenario.groups:
         times = group.arrival.times(group.count, rng)
+        shapes = group.arrival.shapes(group.count) if isinstance(group.arrival, TraceArrival) else None
         for i in range(group.count):
-            prompt = (corpus_prompt(tokenizer, rng, *group.prompt.tokens) if isinstance(group.prompt, CorpusPrompt)
-                      else group.prompt.text)
+            if shapes:  # a trace's request: its own prompt length and output length
+                prompt = corpus_prompt(tokenizer, rng, shapes[i][0], shapes[i][0])
+            else:
+                prompt = (corpus_prompt(tokenizer, rng, *group.prompt.tokens)
+                          if isinstance(group.prompt, CorpusPrompt) else group.prompt.text)
             req = group.request.model_dump()
+            if shapes:
+                req["max_new_tokens"] = shapes[i][1]
             if req["seed"] is not None:
                 req["seed"] += i
             else:

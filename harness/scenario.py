@@ -12,7 +12,7 @@ from typing import Annotated, Literal
 import yaml
 from pydantic import Field, ValidationError, create_model, model_validator
 
-from harness.arrivals import Arrival, AtOnce, JoinWhile
+from harness.arrivals import Arrival, AtOnce, JoinWhile, TraceArrival
 from harness.behaviours import Behaviour
 from harness.registry import NAMES
 from harness.strict import FieldProblem, Strict
@@ -167,6 +167,15 @@ class GroupSpec(Strict):
     network: NetworkSpec | None = None
     slo: Slo | None = Field(None, description="goodput counts the requests that meet it (refused or unfinished: not)")
 
+    def longest_tokens(self) -> int:
+        """The most tokens one of the group's requests can hold: its prompt's longest (a literal
+        prompt's characters bound its tokens) and its max_new_tokens, or a trace's mapped bounds."""
+        if isinstance(self.arrival, TraceArrival):
+            return self.arrival.longest()
+        prompt = self.prompt
+        longest = prompt.tokens[1] if isinstance(prompt, CorpusPrompt) else len(prompt.text)
+        return longest + self.request.max_new_tokens
+
 
 # ---- expectations ----
 
@@ -291,6 +300,14 @@ class Scenario(Strict):
             if isinstance(g.arrival, JoinWhile) and g.arrival.group not in known - {g.name}:
                 raise FieldProblem(("groups", i, "arrival", "group"),
                                    f"join_while names unknown group {g.arrival.group!r}; expected one of {names}")
+        for i, g in enumerate(self.groups):
+            if isinstance(g.arrival, TraceArrival):
+                from harness.trace_arrivals import TraceFileError
+
+                try:
+                    g.arrival.rows(g.count)
+                except TraceFileError as exc:
+                    raise FieldProblem(("groups", i, "arrival", "trace"), str(exc)) from None
         for i, bound in enumerate(self.expect.latency):
             refs = [("group", bound.group)] + ([("baseline_group", bound.baseline_group)]
                                                if not bound.baseline_scenario else [])

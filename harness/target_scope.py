@@ -17,7 +17,7 @@ to its length or its end of text, a client's own close, a refusal, an incomplete
 
 from __future__ import annotations
 
-from harness.scenario import CorpusPrompt, Scenario
+from harness.scenario import Scenario
 from harness.targets import Target
 from streamlab.presets import PRESETS
 
@@ -40,22 +40,14 @@ def scenario_refused(scenario: Scenario, target: Target | None = None) -> str | 
     return None
 
 
-def _longest_request(group) -> int:
-    """The most tokens one of the group's requests can hold: its prompt's longest (a literal
-    prompt's characters bound its tokens) and its max_new_tokens."""
-    prompt = group.prompt
-    longest = prompt.tokens[1] if isinstance(prompt, CorpusPrompt) else len(prompt.text)
-    return longest + group.request.max_new_tokens
-
-
 def group_refused(scenario: Scenario, group, target: Target | None = None) -> str | None:
     """Why one group of the scenario does not run on another server, or None."""
     behaviour = group.behaviour
     model = (target.serves or scenario.server.model) if target is not None else None
     positions = PRESETS[model].shape.n_positions if model in PRESETS else None
-    if positions is not None and _longest_request(group) > positions:
+    if positions is not None and group.longest_tokens() > positions:
         # vLLM serves stdlib-small (256 positions) for tiny (1024): it refuses such a request, as it should.
-        return (f"{group.name}: asks for up to {_longest_request(group)} tokens, past the {positions} "
+        return (f"{group.name}: asks for up to {group.longest_tokens()} tokens, past the {positions} "
                 f"positions of {model}, which {target.name} serves")
     if behaviour.kind == "reconnector":
         return f"{group.name}: resumes by Last-Event-ID (our server's resumption)"
