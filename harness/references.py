@@ -43,7 +43,8 @@ def engine_missing() -> str | None:
 @dataclass
 class References:
     run: Run
-    solo_tokens: dict[str, list[int]] = field(default_factory=dict)  # (model, prompt, request) -> tokens alone
+    # (model, prompt, request) -> (tokens alone, whether the run ended there rather than was cut short)
+    solo_tokens: dict[str, tuple[list[int], bool]] = field(default_factory=dict)
     traces: dict[tuple[str, str], Trace] = field(default_factory=dict)  # (scenario, mode) -> its latest trace
 
     # ---- identity: each request alone ----
@@ -69,10 +70,12 @@ class References:
             if key not in needed:
                 continue
             cached = self.solo_tokens.get(key)
-            if cached is None or (len(cached) < needed[key] and len(cached) < pc.request["max_new_tokens"]
-                                  and not _ended_early(cached, pc, loaded)):
+            # A run cut at fewer tokens than this stream needs is run again; one that ended (its
+            # length, eos or a stop string) is whole. (Found by the swarm: a stop list alone was
+            # once taken to mean it had ended, and a 2-token cut read as the whole solo run.)
+            if cached is None or (len(cached[0]) < needed[key] and not cached[1]):
                 cached = self.solo_tokens[key] = _alone(loaded, pc, needed[key], table)
-            out[i] = cached
+            out[i] = cached[0]
         return out
 
     # ---- this session's other traces ----
@@ -125,7 +128,8 @@ class References:
         return paced
 
 
-def _alone(loaded: "LoadedModel", pc: PlannedClient, needed: int, table) -> list[int]:
+def _alone(loaded: "LoadedModel", pc: PlannedClient, needed: int, table) -> tuple[list[int], bool]:
+    """The request run alone for up to `needed` tokens, and whether its sequence ended by itself."""
     from streamlab.config import CacheConfig, EngineConfig
     from streamlab.detokenizer import TextStream
     from streamlab.engine.engine import BatchEngine
@@ -138,14 +142,12 @@ def _alone(loaded: "LoadedModel", pc: PlannedClient, needed: int, table) -> list
     engine = BatchEngine(loaded.model, EngineConfig(max_batch=1, cache=CacheConfig(num_blocks=blocks)))
     engine.submit("solo", ids, params, stop_check=TextStream(table, pc.request["stop"]))
     tokens: list[int] = []
+    ended = False
     # A long prompt may take several steps before its first token (chunked prefill).
     for _ in range(want + len(ids) + 1):
         if len(tokens) >= want or not engine.has_work():
             break
-        tokens += [t.token_id for t in engine.step().tokens]
-    return tokens
-
-
-def _ended_early(tokens: list[int], pc: PlannedClient, loaded: "LoadedModel") -> bool:
-    """A solo run shorter than asked because it stopped (eos or a stop string) is complete."""
-    return bool(tokens) and (tokens[-1] == loaded.model.eos_token_id or bool(pc.request["stop"]))
+        out = engine.step()
+        tokens += [t.token_id for t in out.tokens]
+        ended = ended or bool(out.finished)
+    return tokens, ended
