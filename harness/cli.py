@@ -52,8 +52,25 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--lab-step-slowdown", type=float, default=1.0, metavar="F",
                        help="lab: every scenario's engine steps take F times as long (each step also waits "
                             "(F - 1) x its own time), to show that the timing gates catch a slower engine")
+        p.add_argument("--lab-defect", default="", metavar="NAME",
+                       help="lab: every scenario's server runs this seeded defect (streamlab/defects.py): the "
+                            "library's verdicts on it, beside what the swarm finds")
     suite.add_argument("--update-baseline", action="store_true",
                        help="write each run's latency figures to scenarios/baselines.json (the CI gate)")
+    swarm = scen_sub.add_parser("swarm", help="draw scenarios from a seed and run them in simulation until one fails; "
+                                              "shrink it and write it as YAML")
+    swarm.add_argument("--seed", type=int, default=0)
+    swarm.add_argument("--runs", type=int, default=None, help="draw at most this many (default: 200 without --time)")
+    swarm.add_argument("--time", type=float, default=None, metavar="SECONDS", help="search for at most this long")
+    swarm.add_argument("--out", type=Path, default=None, help="where a shrunk failure is written (default: "
+                                                            "scenarios/found/)")
+    swarm.add_argument("--no-db", action="store_true", help="without Hypothesis's example database "
+                                                            "(.tools/swarm-db: a failure found before is replayed first)")
+    swarm.add_argument("--lab-defect", default="", metavar="NAME",
+                       help="lab: every drawn server runs this seeded defect (streamlab/defects.py), to show the "
+                            "swarm finds it")
+    swarm.add_argument("--target", default=None, help="run drawn scenarios live against this target (a name or a "
+                                                      "loopback URL), judged by what its profile can observe")
     scen_sub.add_parser("schema", help=f"write the JSON Schema of the format to {SCHEMA_PATH}")
     scen_sub.add_parser("targets-report", help="run the peer scenarios against every target that runs here "
                                                "and write docs/TARGETS.md")
@@ -86,6 +103,9 @@ def main(argv: list[str] | None = None) -> int:
         save_baselines(data)
         console.print(f"wrote {BASELINES}: {sum(len(m) for m in fresh.values())} scenario runs from {RESULTS}")
         return 0
+    if args.scenario_command == "swarm":
+        from harness.swarm_report import run_swarm
+        return run_swarm(console, args)
     if args.scenario_command == "targets-report":
         from harness.targets_report import write_page
         console.print(f"wrote {write_page(lambda line: console.print(line, highlight=False))}")
@@ -111,7 +131,11 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         console.print(f"[red]--target: {exc}[/]")
         return 2
-    ctx = RunContext(target=target, lab_step_slowdown=args.lab_step_slowdown)
+    from streamlab.defects import DEFECTS
+    if args.lab_defect and args.lab_defect not in DEFECTS:
+        console.print(f"[red]--lab-defect: unknown {args.lab_defect!r}; expected one of {', '.join(DEFECTS)}[/]")
+        return 2
+    ctx = RunContext(target=target, lab_step_slowdown=args.lab_step_slowdown, lab_defect=args.lab_defect)
     try:
         return _run_or_suite(console, args, ctx, target)
     finally:

@@ -116,9 +116,13 @@ def with_headers(opener: Opener, extra: dict[str, str]) -> Opener:
 
 
 async def launch(planned, records: list[StreamRecord], scenario, clock: Callable[[], float],
-                 opener_for: Callable[[object], Opener], progress=None, wire: Wire = StreamlabWire()) -> None:
+                 opener_for: Callable[[object], Opener], progress=None, wire: Wire = StreamlabWire(),
+                 deadline_s: float | None = None) -> None:
     """Run every planned client at its arrival time (join_while: counted from the named group's
-    first token), at most `max_clients_at_once` at a time. Shared by simulation and live mode."""
+    first token), at most `max_clients_at_once` at a time. Shared by simulation and live mode.
+    deadline_s: clients still running that long after the last one's planned arrival are stopped
+    where they are, their records saying so (a stream the server never ends would otherwise keep
+    its reader on keep-alives for ever)."""
     first_token = {g.name: asyncio.Event() for g in scenario.groups}
     # A group that ends with no token at all (every request refused: vLLM refuses a blocker whose
     # prompt and max_tokens pass its context) lets its joiners go at its end: they would wait forever.
@@ -140,6 +144,9 @@ async def launch(planned, records: list[StreamRecord], scenario, clock: Callable
                 await client.run(with_headers(opener_for(pc), wire.headers), scenario.server.max_tokens_budget)
             except (OSError, asyncio.TimeoutError, ConnectionError) as exc:  # refused at connect, say
                 record.failure = f"{type(exc).__name__}: {exc}"
+            except asyncio.CancelledError:
+                record.failure = record.failure or "still waiting when the run was stopped (its deadline)"
+                raise
             finally:
                 running[pc.group.name] -= 1
                 if not running[pc.group.name]:
@@ -148,4 +155,11 @@ async def launch(planned, records: list[StreamRecord], scenario, clock: Callable
         if progress:
             progress(finished, len(planned))
 
-    await asyncio.gather(*(one(pc, rec) for pc, rec in zip(planned, records)))
+    clients = asyncio.gather(*(one(pc, rec) for pc, rec in zip(planned, records)))
+    if deadline_s is None:
+        await clients
+        return
+    try:
+        await asyncio.wait_for(clients, deadline_s + max((pc.at_s for pc in planned), default=0.0))
+    except asyncio.TimeoutError:
+        pass  # the clients still running were cancelled, each record saying so

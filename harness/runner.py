@@ -59,6 +59,7 @@ class RunContext:
     # "sim" (the committed profile: another machine's seconds, for comparison only).
     parity_mode: str = "sim"
     lab_step_slowdown: float = 1.0  # lab: every scenario's engine made slower by this factor (a real regression)
+    lab_defect: str = ""  # lab: every scenario's server runs this seeded defect (streamlab/defects.py)
 
     def close(self) -> None:
         """Stop what the session's backends keep between runs (a command target's server)."""
@@ -68,10 +69,12 @@ class RunContext:
                 close()
 
     def prepared(self, scenario: Scenario) -> Scenario:
-        """The scenario as this session runs it (a lab slowdown applied to its server)."""
-        if self.lab_step_slowdown == 1:
+        """The scenario as this session runs it (a lab slowdown or a seeded defect applied to its server)."""
+        if self.lab_step_slowdown == 1 and not self.lab_defect:
             return scenario
-        server = scenario.server.model_copy(update={"lab": True, "lab_step_slowdown": self.lab_step_slowdown})
+        lab = {"lab_step_slowdown": self.lab_step_slowdown} if self.lab_step_slowdown != 1 else {}
+        lab |= {"lab_defect": self.lab_defect} if self.lab_defect else {}
+        server = scenario.server.model_copy(update={"lab": True, **lab})
         return scenario.model_copy(update={"server": server})
 
     def target_for(self, scenario: Scenario) -> Target | None:
@@ -113,7 +116,8 @@ def run_trace(scenario: Scenario, backend: Backend, progress=None,
 
     async def main() -> Trace:
         async with backend.serving(scenario) as server:
-            await launch(planned, records, scenario, server.clock, server.opener_for, progress, server.wire)
+            await launch(planned, records, scenario, server.clock, server.opener_for, progress, server.wire,
+                         getattr(backend, "run_deadline_s", None))
             end = server.clock()
             await server.settle(scenario.drain_s)
             books = await server.collect(time_engine)

@@ -348,8 +348,11 @@ class SimBackend:
     """The real app, hub and engine behind simulated connections, on a virtual clock."""
     mode = "sim"
 
-    def __init__(self, *profiles: StepCostProfile) -> None:
+    def __init__(self, *profiles: StepCostProfile, run_deadline_s: float | None = None) -> None:
         self.profiles = {p.model: p for p in profiles}  # others: the model's profile in scenarios/profiles/
+        # Virtual seconds after which clients still waiting are stopped (harness.clients.launch):
+        # the swarm's, whose drawn scenarios may meet a stream that never ends. None: no limit.
+        self.run_deadline_s = run_deadline_s
 
     def profile(self, model: str) -> StepCostProfile:
         return self.profiles.get(model) or load_profile(model)

@@ -61,7 +61,7 @@ def create_app(config: ServiceConfig = ServiceConfig(), loaded: LoadedModel | No
             if config.fault_step or config.fault_rate or config.lab_step_slowdown != 1 else None
         hub = Hub(BatchEngine(model.model, config.engine, fault), model.tokenizer, config.backpressure,
                   config.waiting_limit, **({"clock": clock} if clock else {}), first_token=config.first_token,
-                  resume=config.resume, admission=config.admission)
+                  resume=config.resume, admission=config.admission, defect=config.lab_defect)
         metrics = Metrics(hub)
         hub.start(threaded=threaded, warm_up=lambda: warm_up(model, config.engine))
         app.state.hub = hub  # for the server's signal handler (graceful shutdown)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from streamlab.defects import DEFECTS
 from streamlab.policies import BackpressureConfig
 
 
@@ -105,6 +106,8 @@ class ServiceConfig:
     # Lab only: every engine step also works (lab_step_slowdown - 1) x its own CPU time more, a
     # slower engine on demand (the timing gates must catch it on any machine).
     lab_step_slowdown: float = 1.0
+    # Lab only: a seeded defect switched on (streamlab/defects.py), for the swarm's proof; "": none.
+    lab_defect: str = ""
     # "prefill": a stream's first token goes out as soon as its own prefill is done;
     # "step": with the rest of the step's events, when the whole step ends (the chapter's lab).
     first_token: str = "prefill"
@@ -142,6 +145,9 @@ class ServiceConfig:
         _require(self.lab or not (self.fault_step or self.fault_rate), "engine faults need --lab")
         _require(self.lab_step_slowdown >= 1, f"lab step slowdown must be >= 1, got {self.lab_step_slowdown}")
         _require(self.lab or self.lab_step_slowdown == 1, "a step slowdown needs --lab")
+        _require(self.lab or not self.lab_defect, "a seeded defect needs --lab")
+        _require(not self.lab_defect or self.lab_defect in DEFECTS,
+                 f"unknown lab defect {self.lab_defect!r}; expected one of {sorted(DEFECTS)}")
         _require(self.header_timeout_s > 0 and self.body_timeout_s > 0, "header and body timeouts must be > 0 s")
         _require(self.max_head_bytes >= 1024 and self.max_headers >= 8, "max_head_bytes >= 1024, max_headers >= 8")
         _require(self.max_connections >= 1, f"max_connections must be >= 1, got {self.max_connections}")

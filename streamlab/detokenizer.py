@@ -57,18 +57,19 @@ class Detokenizer:
 class StopMatcher:
     """Finds stop strings across deltas; holds back text that could still begin one."""
 
-    def __init__(self, stops: list[str]) -> None:
+    def __init__(self, stops: list[str], across_tokens: bool = True) -> None:
         self._stops = [s for s in stops if s]
         self._pending = ""
+        self._across = across_tokens  # False only for a seeded defect (streamlab/defects.py)
 
     def push(self, delta: str) -> tuple[str, bool]:
         """(text safe to emit, whether a stop string matched). After a match, emit nothing more."""
-        buf = self._pending + delta
+        buf = self._pending + delta if self._across else delta
         hits = [i for i in (buf.find(s) for s in self._stops) if i >= 0]
         if hits:
             self._pending = ""
             return buf[:min(hits)], True
-        hold = self._longest_stop_prefix_suffix(buf)
+        hold = self._longest_stop_prefix_suffix(buf) if self._across else 0
         self._pending = buf[len(buf) - hold:] if hold else ""
         return buf[:len(buf) - hold], False
 
@@ -93,9 +94,9 @@ class TextStream:
     and anything after it are never emitted).
     """
 
-    def __init__(self, token_bytes: list[bytes], stops: list[str]) -> None:
+    def __init__(self, token_bytes: list[bytes], stops: list[str], across_tokens: bool = True) -> None:
         self._detok = Detokenizer(token_bytes)
-        self._stops = StopMatcher(stops)
+        self._stops = StopMatcher(stops, across_tokens)
         self.deltas: list[str] = []
         self.stopped = False
 

@@ -52,8 +52,11 @@ WARM_UP_DEADLINE_S = 120.0  # start() waits this long for the step thread's warm
 class Hub:
     def __init__(self, engine: BatchEngine, tokenizer, backpressure_cfg: BackpressureConfig = BackpressureConfig(),
                  waiting_limit: int = 64, clock: Clock = time.monotonic, first_token: str = "prefill",
-                 resume: ResumeConfig = ResumeConfig(), admission: str = "waiting-limit") -> None:
+                 resume: ResumeConfig = ResumeConfig(), admission: str = "waiting-limit",
+                 defect: str = "") -> None:
         self.engine = engine
+        self.defect = defect  # lab only: a seeded defect (streamlab/defects.py), "" in every real run
+        self._paused_at: tuple[int, Stream] | None = None  # (engine step, stream): the last pause, for one defect
         self.admission = admission  # "waiting-limit", or "deadline": requests with a deadline pass the gate
         self.step_costs = StepCostModel()  # fed by every step, read by the deadline gate
         self.resume = resume
@@ -153,7 +156,7 @@ class Hub:
         elif not admits(self.engine.stats().waiting, self.waiting_limit):
             raise Overloaded(f"{self.waiting_limit} requests are already waiting for a slot; retry later")
         rid = f"req-{next(self._ids)}"
-        text = TextStream(self._token_bytes, stops)
+        text = TextStream(self._token_bytes, stops, across_tokens=self.defect != "stop_across_tokens")
         stream = Stream(rid, len(prompt_ids), text, asyncio.Event(), asyncio.Event())
         self.engine.submit(rid, prompt_ids, params, stop_check=text)
         self._push(stream, "start", {"id": rid, "prompt_tokens": len(prompt_ids)})
@@ -170,6 +173,9 @@ class Hub:
         if not stream.finished and not stream.closed and self.engine.is_waiting(stream.request_id):
             self._end_with_error(stream, "deadline_expired",
                                  "the first-token deadline passed while the request waited for a slot")
+        elif self.defect == "deadline_after_admission" and not stream.finished and not stream.closed \
+                and stream.completion_tokens == 0:
+            self.engine.pause(stream.request_id)
 
     def _push(self, stream: Stream, kind: str, payload: dict) -> None:
         stream.queue.append(StreamEvent(kind, payload, stream.next_id))
@@ -211,7 +217,7 @@ class Hub:
     def attach(self, last_event_id: str) -> tuple[Stream, list[StreamEvent]]:
         """A reconnect with Last-Event-ID "<request id>:<n>": the stream and the events after n that
         were already taken; its own queue follows. Refused (a RequestError) before the first byte."""
-        stream, replay = self.resumption.find(self._streams, last_event_id)
+        stream, replay = self.resumption.find(self._streams, last_event_id, self.clock())
         stream.attachment += 1  # a connection still attached stops at its next event
         stream.detached_since = None
         stream.written(self.clock())  # the old connection's write no longer counts against the client
@@ -241,21 +247,33 @@ class Hub:
     def close(self, stream: Stream, reason: str) -> None:
         """Idempotent, never waits: cancel the sequence if it still runs, unregister the stream."""
         if stream.closed:
+            if stream.end_taken:  # a replay of a completed stream ended: its window counts from now
+                self.resumption.replayed(stream, self.clock())
             return
         stream.closed = True
         stream.close_reason = reason
         if stream.expiry is not None:
             stream.expiry.cancel()
             stream.expiry = None
-        self.resumption.ended(stream, reason)
+        self.resumption.ended(stream, reason, self.clock())
         if not stream.finished:
-            self.engine.cancel(stream.request_id, closed_at=self.clock())
+            self.engine.cancel(self._defective_cancel(stream, reason), closed_at=self.clock())
             self.books.cancelled(reason)
             self._wake()
         self._streams.pop(stream.request_id, None)
         self.books.closed(stream.request_id, reason, stream.max_queued)
         stream.wakeup.set()
         stream.taken.set()
+
+    def _defective_cancel(self, stream: Stream, reason: str) -> str:
+        """The request a close cancels: its own, unless a seeded defect (lab only) picks another."""
+        if self.defect == "paused_expiry_leak" and reason == "resume_expired" and stream.paused:
+            return ""  # cancels nothing: the paused sequence is left holding its blocks
+        paused = self._paused_at
+        if self.defect == "cancel_beside_pause" and reason == "client_gone" and paused is not None \
+                and paused[1].paused and not paused[1].closed and paused[1] is not stream:
+            return paused[1].request_id
+        return stream.request_id
 
     def end_all(self, reason: str) -> None:
         """End every unfinished stream with an error event of type `reason` (shutdown, failure)."""
@@ -288,6 +306,7 @@ class Hub:
         if decision.action is Action.PAUSE:
             stream.paused = True
             self.engine.pause(stream.request_id)
+            self._paused_at = (self.engine.steps_started, stream) if self.defect else None
         elif decision.action is Action.RESUME:
             stream.paused = False
             self.engine.resume(stream.request_id)
@@ -450,6 +469,7 @@ class Hub:
     def sizes(self) -> dict[str, int]:
         """Every per-stream collection the hub and engine keep (a soak samples them)."""
         return {"streams": len(self._streams), "ended_remembered": len(self.resumption.ended_streams),
+                "completed_kept": len(self.resumption.completed),
                 **self.books.sizes(), **self.engine.sizes()}
 
     def stats(self) -> dict:

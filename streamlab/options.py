@@ -13,6 +13,7 @@ import argparse
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from streamlab.defects import DEFECTS
 from streamlab.config import CacheConfig, EngineConfig, ResumeConfig, ServiceConfig
 from streamlab.policies import BackpressureConfig, Policy
 
@@ -98,6 +99,9 @@ SERVE_OPTIONS: tuple[ServeOption, ...] = (
     ServeOption("lab_step_slowdown", "--lab-step-slowdown", float, _SERVICE.lab_step_slowdown,
                 "lab: every engine step takes this many times its CPU time (busy (F - 1) x its own more)",
                 bounds={"ge": 1}),
+    ServeOption("lab_defect", "--lab-defect", str, _SERVICE.lab_defect,
+                "lab: run with this seeded defect (streamlab/defects.py), to show the swarm finds it; empty: none",
+                choices=("",) + tuple(DEFECTS)),
     ServeOption("header_timeout_s", "--header-timeout", float, _SERVICE.header_timeout_s,
                 "seconds a request head may take to arrive (slowloris); then 408 and the connection closed",
                 bounds={"gt": 0}),
@@ -145,7 +149,7 @@ def service_config(values: Mapping[str, object]) -> ServiceConfig:
         waiting_limit=v["waiting_limit"], admission=v["admission"], ttft_deadline_ms=v["ttft_deadline_ms"],
         max_tokens_budget=v["max_tokens_budget"], keepalive_s=v["keepalive_s"],
         graceful_timeout_s=v["graceful_timeout_s"], lab=v["lab"], fault_step=v["fault_step"],
-        fault_rate=v["fault_rate"], fault_seed=v["fault_seed"], lab_step_slowdown=v["lab_step_slowdown"],
+        fault_rate=v["fault_rate"], fault_seed=v["fault_seed"], lab_step_slowdown=v["lab_step_slowdown"], lab_defect=v["lab_defect"],
         header_timeout_s=v["header_timeout_s"],
         body_timeout_s=v["body_timeout_s"], max_connections=v["max_connections"],
         max_head_bytes=v["max_head_bytes"], max_headers=v["max_headers"], api_key=v["api_key"],
