@@ -29,7 +29,10 @@ CI_SEED, CI_SECONDS = 24, 110.0
 # STREAMLAB_SWARM_PROOF=1; their shrunk files are replayed in every run (below).
 DEFECT_SEEDS = {"paused_expiry_leak": (1, 108), "deadline_after_admission": (1, 12),
                 "stop_across_tokens": (1, 233), "cancel_beside_pause": (1, 1636)}
-SLOW_TO_FIND = {"cancel_beside_pause"}
+# stop_across_tokens took 233 runs in a process that had searched before it, and was not found
+# in 466 on a fresh clone's CI: Hypothesis's draws from one seed are not the same in every
+# process, so its count is not a bound to hold CI to.
+SLOW_TO_FIND = {"cancel_beside_pause", "stop_across_tokens"}
 # Shrunk files whose failure hangs on timing the simulation fixes and a live run does not (found
 # and shrunk on virtual time, they are not confirmed live: a gap in the proof, reported).
 LIVE_NOT_REPRODUCED = {"cancel_beside_pause": "the interleaving it needs (a close while another stream is "
