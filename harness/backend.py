@@ -36,6 +36,7 @@ class Server(Protocol):
 
 class Backend(Protocol):
     mode: str
+    run_deadline_s: float | None  # clients still running this long after the last planned arrival are stopped
 
     def run(self, main: Coroutine[Any, Any, Any]) -> Any: ...  # on the event loop this mode needs
     def serving(self, scenario: Scenario) -> AbstractAsyncContextManager[Server]: ...

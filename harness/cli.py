@@ -18,8 +18,10 @@ from rich.table import Table
 
 from harness.scenario import SCENARIOS_DIR, ScenarioError, json_schema, load
 from harness.targets import TARGETS
+from streamlab.defects import DEFECTS
 
 SCHEMA_PATH = SCENARIOS_DIR / "schema.json"
+LAB_DEFECTS = ("",) + tuple(DEFECTS)  # --lab-defect's choices ("": none)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -52,7 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--lab-step-slowdown", type=float, default=1.0, metavar="F",
                        help="lab: every scenario's engine steps take F times as long (each step also waits "
                             "(F - 1) x its own time), to show that the timing gates catch a slower engine")
-        p.add_argument("--lab-defect", default="", metavar="NAME",
+        p.add_argument("--lab-defect", default="", choices=LAB_DEFECTS, metavar="NAME",
                        help="lab: every scenario's server runs this seeded defect (streamlab/defects.py): the "
                             "library's verdicts on it, beside what the swarm finds")
     suite.add_argument("--update-baseline", action="store_true",
@@ -66,7 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
                                                             "scenarios/found/)")
     swarm.add_argument("--no-db", action="store_true", help="without Hypothesis's example database "
                                                             "(.tools/swarm-db: a failure found before is replayed first)")
-    swarm.add_argument("--lab-defect", default="", metavar="NAME",
+    swarm.add_argument("--lab-defect", default="", choices=LAB_DEFECTS, metavar="NAME",
                        help="lab: every drawn server runs this seeded defect (streamlab/defects.py), to show the "
                             "swarm finds it")
     swarm.add_argument("--target", default=None, help="run drawn scenarios live against this target (a name or a "
@@ -130,10 +132,6 @@ def main(argv: list[str] | None = None) -> int:
                                                                  args.target_profile)
     except ValueError as exc:
         console.print(f"[red]--target: {exc}[/]")
-        return 2
-    from streamlab.defects import DEFECTS
-    if args.lab_defect and args.lab_defect not in DEFECTS:
-        console.print(f"[red]--lab-defect: unknown {args.lab_defect!r}; expected one of {', '.join(DEFECTS)}[/]")
         return 2
     ctx = RunContext(target=target, lab_step_slowdown=args.lab_step_slowdown, lab_defect=args.lab_defect)
     try:

@@ -179,6 +179,9 @@ class LiveBackend:
 
     def __init__(self, target: Target | None = None) -> None:
         self.target = target or TARGETS["streamlab"]
+        # Real seconds after the last planned arrival that clients may still run (harness.clients.launch);
+        # None: only RUN_DEADLINE_S over the whole run.
+        self.run_deadline_s: float | None = None
         self.mode = "live" if self.target.default else f"live@{self.target.name}"
         self._kept: tuple[tuple[str, int], object, str] | None = None  # (model, batch), server, its model name
         atexit.register(self.close)

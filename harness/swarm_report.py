@@ -9,11 +9,6 @@ from harness.swarm import DATABASE_DIR, FOUND_DIR, search, size, write_found
 
 
 def run_swarm(console: Console, args) -> int:
-    from streamlab.defects import DEFECTS
-
-    if args.lab_defect and args.lab_defect not in DEFECTS:
-        console.print(f"[red]--lab-defect: unknown {args.lab_defect!r}; expected one of {', '.join(DEFECTS)}[/]")
-        return 2
     runs = args.runs if args.runs is not None or args.time is not None else 200
     say = lambda line: console.print(escape(line), highlight=False)  # noqa: E731
     judge = None

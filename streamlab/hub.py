@@ -56,7 +56,7 @@ class Hub:
                  defect: str = "") -> None:
         self.engine = engine
         self.defect = defect  # lab only: a seeded defect (streamlab/defects.py), "" in every real run
-        self._paused_at: tuple[int, Stream] | None = None  # (engine step, stream): the last pause, for one defect
+        self._last_paused: Stream | None = None  # the stream paused last, for one seeded defect
         self.admission = admission  # "waiting-limit", or "deadline": requests with a deadline pass the gate
         self.step_costs = StepCostModel()  # fed by every step, read by the deadline gate
         self.resume = resume
@@ -269,10 +269,10 @@ class Hub:
         """The request a close cancels: its own, unless a seeded defect (lab only) picks another."""
         if self.defect == "paused_expiry_leak" and reason == "resume_expired" and stream.paused:
             return ""  # cancels nothing: the paused sequence is left holding its blocks
-        paused = self._paused_at
+        paused = self._last_paused
         if self.defect == "cancel_beside_pause" and reason == "client_gone" and paused is not None \
-                and paused[1].paused and not paused[1].closed and paused[1] is not stream:
-            return paused[1].request_id
+                and paused.paused and not paused.closed and paused is not stream:
+            return paused.request_id
         return stream.request_id
 
     def end_all(self, reason: str) -> None:
@@ -306,7 +306,7 @@ class Hub:
         if decision.action is Action.PAUSE:
             stream.paused = True
             self.engine.pause(stream.request_id)
-            self._paused_at = (self.engine.steps_started, stream) if self.defect else None
+            self._last_paused = stream if self.defect else None
         elif decision.action is Action.RESUME:
             stream.paused = False
             self.engine.resume(stream.request_id)

@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 
 from harness.scenario import Scenario, load
 from harness.swarm import Judge, search, size, write_found
-from harness.swarm_draw import BEHAVIOURS, scenarios
+from harness.swarm_draw import BEHAVIOURS, FEATURES, scenarios
 from streamlab.defects import DEFECTS
 
 FOUND = Path(__file__).parent / "fixtures" / "found"
@@ -75,7 +75,7 @@ def test_draws_leave_features_out():
 
     draw()
     assert set(BEHAVIOURS) <= seen
-    assert largest < 22
+    assert largest < len(FEATURES)
 
 
 @pytest.mark.parametrize("defect", sorted(DEFECTS))
