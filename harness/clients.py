@@ -115,6 +115,9 @@ def with_headers(opener: Opener, extra: dict[str, str]) -> Opener:
     return open_
 
 
+CANCEL_TRIES = 20  # a client past the run's deadline is cancelled at most this many times, a second apart
+
+
 async def launch(planned, records: list[StreamRecord], scenario, clock: Callable[[], float],
                  opener_for: Callable[[object], Opener], progress=None, wire: Wire = StreamlabWire(),
                  deadline_s: float | None = None) -> None:
@@ -155,11 +158,22 @@ async def launch(planned, records: list[StreamRecord], scenario, clock: Callable
         if progress:
             progress(finished, len(planned))
 
-    clients = asyncio.gather(*(one(pc, rec) for pc, rec in zip(planned, records)))
     if deadline_s is None:
-        await clients
+        await asyncio.gather(*(one(pc, rec) for pc, rec in zip(planned, records)))
         return
-    try:
-        await asyncio.wait_for(clients, deadline_s + max((pc.at_s for pc in planned), default=0.0))
-    except asyncio.TimeoutError:
-        pass  # the clients still running were cancelled, each record saying so
+    tasks = [asyncio.ensure_future(one(pc, rec)) for pc, rec in zip(planned, records)]
+    _, pending = await asyncio.wait(tasks, timeout=deadline_s + max((pc.at_s for pc in planned), default=0.0))
+    # The clients still running are stopped, each record saying so. A cancel that lands as a read
+    # completes is lost inside Python 3.11's wait_for (it returns the read), and a stream that
+    # never ends reads keep-alives for ever: so cancel again until each has stopped (bounded).
+    for _ in range(CANCEL_TRIES):
+        if not pending:
+            break
+        for t in pending:
+            t.cancel()
+        _, pending = await asyncio.wait(pending, timeout=1.0)
+    if pending:
+        raise RuntimeError(f"{len(pending)} clients did not stop when cancelled {CANCEL_TRIES} times")
+    for t in tasks:  # as gather would: a client that broke breaks the run
+        if not t.cancelled() and t.exception() is not None:
+            raise t.exception()

@@ -117,7 +117,7 @@ def run_trace(scenario: Scenario, backend: Backend, progress=None,
     async def main() -> Trace:
         async with backend.serving(scenario) as server:
             await launch(planned, records, scenario, server.clock, server.opener_for, progress, server.wire,
-                         backend.run_deadline_s)
+                         scenario.run_deadline_s or backend.run_deadline_s)
             end = server.clock()
             await server.settle(scenario.drain_s)
             books = await server.collect(time_engine)

@@ -274,6 +274,10 @@ class Scenario(Strict):
     expect: Expectations = Field(default_factory=Expectations)
     drain_s: float = Field(30.0, gt=0, description="how long to wait for the server to drain after the clients")
     max_clients_at_once: int | None = Field(None, ge=1, description="clients past this wait for one to finish")
+    run_deadline_s: float | None = Field(None, gt=0, description="clients still running this long after the last "
+                                         "planned arrival are stopped, and their streams fail (one that never "
+                                         "ends would keep its reader on keep-alives for ever); the swarm writes it "
+                                         "into what it finds")
     target: Target | None = Field(None, description="live: the server to aim at (default: this scenario's own "
                                                     "streamlab serve); --target overrides it")
     faults: Faults | None = Field(None, description="lab: faults injected into the server (needs server: {lab: true})")

@@ -228,6 +228,7 @@ def write_found(found: Found, seed: int, defect: str, out_dir: Path = FOUND_DIR)
         "name": name, "description": f"found by the swarm (seed {seed}{', defect ' + defect if defect else ''}): "
                                      f"{failed} failed"})
     data = scenario.model_dump(mode="json", exclude_defaults=True)
+    data["run_deadline_s"] = RUN_DEADLINE_S / 2  # a replay of a stream that never ends stops, in either mode
     data = {"name": data.pop("name"), "description": data.pop("description"), **data}
     g0, c0, t0 = size(found.first)
     g1, c1, t1 = size(found.scenario)

@@ -57,8 +57,9 @@ def create_app(config: ServiceConfig = ServiceConfig(), loaded: LoadedModel | No
         model = loaded or load_model(config.model)
         async with anyio.create_task_group():  # anyio imports its asyncio backend on first use (~15 ms
             pass  # here): at start-up, not in the first client's time to first token
-        fault = FaultPlan(config.fault_step, config.fault_rate, config.fault_seed, config.lab_step_slowdown) \
-            if config.fault_step or config.fault_rate or config.lab_step_slowdown != 1 else None
+        fault = FaultPlan(config.fault_step, config.fault_rate, config.fault_seed, config.lab_step_slowdown,
+                          config.lab_defect) \
+            if config.fault_step or config.fault_rate or config.lab_step_slowdown != 1 or config.lab_defect else None
         hub = Hub(BatchEngine(model.model, config.engine, fault), model.tokenizer, config.backpressure,
                   config.waiting_limit, **({"clock": clock} if clock else {}), first_token=config.first_token,
                   resume=config.resume, admission=config.admission, defect=config.lab_defect)

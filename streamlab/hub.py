@@ -56,7 +56,6 @@ class Hub:
                  defect: str = "") -> None:
         self.engine = engine
         self.defect = defect  # lab only: a seeded defect (streamlab/defects.py), "" in every real run
-        self._last_paused: Stream | None = None  # the stream paused last, for one seeded defect
         self.admission = admission  # "waiting-limit", or "deadline": requests with a deadline pass the gate
         self.step_costs = StepCostModel()  # fed by every step, read by the deadline gate
         self.resume = resume
@@ -156,7 +155,8 @@ class Hub:
         elif not admits(self.engine.stats().waiting, self.waiting_limit):
             raise Overloaded(f"{self.waiting_limit} requests are already waiting for a slot; retry later")
         rid = f"req-{next(self._ids)}"
-        text = TextStream(self._token_bytes, stops, across_tokens=self.defect != "stop_across_tokens")
+        text = TextStream(self._token_bytes, stops[:1] if self.defect == "first_stop_only" else stops,
+                          across_tokens=self.defect != "stop_across_tokens")
         stream = Stream(rid, len(prompt_ids), text, asyncio.Event(), asyncio.Event())
         self.engine.submit(rid, prompt_ids, params, stop_check=text)
         self._push(stream, "start", {"id": rid, "prompt_tokens": len(prompt_ids)})
@@ -173,9 +173,6 @@ class Hub:
         if not stream.finished and not stream.closed and self.engine.is_waiting(stream.request_id):
             self._end_with_error(stream, "deadline_expired",
                                  "the first-token deadline passed while the request waited for a slot")
-        elif self.defect == "deadline_after_admission" and not stream.finished and not stream.closed \
-                and stream.completion_tokens == 0:
-            self.engine.pause(stream.request_id)
 
     def _push(self, stream: Stream, kind: str, payload: dict) -> None:
         stream.queue.append(StreamEvent(kind, payload, stream.next_id))
@@ -257,23 +254,13 @@ class Hub:
             stream.expiry = None
         self.resumption.ended(stream, reason, self.clock())
         if not stream.finished:
-            self.engine.cancel(self._defective_cancel(stream, reason), closed_at=self.clock())
+            self.engine.cancel(stream.request_id, closed_at=self.clock())
             self.books.cancelled(reason)
             self._wake()
         self._streams.pop(stream.request_id, None)
         self.books.closed(stream.request_id, reason, stream.max_queued)
         stream.wakeup.set()
         stream.taken.set()
-
-    def _defective_cancel(self, stream: Stream, reason: str) -> str:
-        """The request a close cancels: its own, unless a seeded defect (lab only) picks another."""
-        if self.defect == "paused_expiry_leak" and reason == "resume_expired" and stream.paused:
-            return ""  # cancels nothing: the paused sequence is left holding its blocks
-        paused = self._last_paused
-        if self.defect == "cancel_beside_pause" and reason == "client_gone" and paused is not None \
-                and paused.paused and not paused.closed and paused is not stream:
-            return paused.request_id
-        return stream.request_id
 
     def end_all(self, reason: str) -> None:
         """End every unfinished stream with an error event of type `reason` (shutdown, failure)."""
@@ -306,7 +293,6 @@ class Hub:
         if decision.action is Action.PAUSE:
             stream.paused = True
             self.engine.pause(stream.request_id)
-            self._last_paused = stream if self.defect else None
         elif decision.action is Action.RESUME:
             stream.paused = False
             self.engine.resume(stream.request_id)

@@ -92,6 +92,7 @@ class BlockManager:
         self._refcount = [0] * num_blocks
         self._tables: dict[int, list[int]] = {}
         self.ledger = Ledger(ledger_window)
+        self.defect = ""  # lab only: a seeded defect (streamlab/defects.py), "" in every real run
 
     @property
     def num_free(self) -> int:
@@ -108,6 +109,8 @@ class BlockManager:
         return set(self._tables)
 
     def can_allocate(self, num_blocks: int) -> bool:
+        if self.defect == "last_free_block":  # lab only (streamlab/defects.py): the classic off-by-one
+            return num_blocks < len(self._free)
         return num_blocks <= len(self._free)
 
     def allocate(self, seq_id: int, num_blocks: int) -> list[int]:

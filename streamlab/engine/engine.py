@@ -57,6 +57,9 @@ class BatchEngine:
         self._step_lock = threading.Lock()  # one step at a time
         self._seq_ids = itertools.count()
         self.fault, self._fault_rng = fault, fault.rng() if fault else None
+        self.defect = fault.defect if fault else ""  # lab only: a seeded defect (streamlab/defects.py)
+        self.blocks.defect = self.defect
+        self._rng_by_seed: dict[int, torch.Generator] = {}  # only for the seeded defect shared_seed_rng
         self.step_errors = 0  # steps that failed and were contained
         self.last_step_error: str | None = None
         self._consecutive_errors = 0
@@ -88,13 +91,21 @@ class BatchEngine:
         vocab = self.model.shape.vocab_size
         if not all(0 <= t < vocab for t in prompt_ids):
             raise RequestError(f"prompt token ids must be in [0, {vocab})")
-        seq = Sequence(next(self._seq_ids), request_id, list(prompt_ids), params, stop_check, make_rng(params))
+        seq = Sequence(next(self._seq_ids), request_id, list(prompt_ids), params, stop_check, self._rng(params))
         with self._inbox_lock:
             if request_id in self._live:
                 raise DuplicateRequest(f"request id {request_id!r} is already in the engine")
             self._live[request_id] = seq
             self._submitted += 1
             self._inbox.append(_Wish("submit", request_id, seq))
+
+    def _rng(self, params: SamplingParams) -> torch.Generator | None:
+        """Each sampled request's own generator (or, under a seeded defect, one per seed)."""
+        if self.defect == "shared_seed_rng" and params.seed is not None and not params.greedy:
+            if params.seed not in self._rng_by_seed:
+                self._rng_by_seed[params.seed] = make_rng(params)
+            return self._rng_by_seed[params.seed]
+        return make_rng(params)
 
     def cancel(self, request_id: str, closed_at: float | None = None) -> None:
         """End a request at the next step; harmless if it already ended or is cancelled twice.

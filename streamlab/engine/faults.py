@@ -13,11 +13,13 @@ import torch
 class FaultPlan:
     """Lab only: make the model raise inside step `at_step`, and/or in any step with probability
     `rate` (a generator seeded with `seed`, so a run is repeatable); make every step busy for
-    (step_slowdown - 1) x its own CPU time more (a slower engine, for the timing gates)."""
+    (step_slowdown - 1) x its own CPU time more (a slower engine, for the timing gates); `defect`:
+    one of the engine's seeded defects (streamlab/defects.py)."""
     at_step: int = 0
     rate: float = 0.0
     seed: int = 0
     step_slowdown: float = 1.0
+    defect: str = ""  # a seeded defect inside the engine (streamlab/defects.py)
 
     def rng(self) -> random.Random:
         return random.Random(self.seed)
