@@ -37,6 +37,7 @@ class Server(Protocol):
 class Backend(Protocol):
     mode: str
     run_deadline_s: float | None  # clients still running this long after the last planned arrival are stopped
+    sharding: object | None  # harness.shards.Sharding: the clients over worker processes (live only); None: here
 
     def run(self, main: Coroutine[Any, Any, Any]) -> Any: ...  # on the event loop this mode needs
     def serving(self, scenario: Scenario) -> AbstractAsyncContextManager[Server]: ...

@@ -57,6 +57,12 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--lab-defect", default="", choices=LAB_DEFECTS, metavar="NAME",
                        help="lab: every scenario's server runs this seeded defect (streamlab/defects.py): the "
                             "library's verdicts on it, beside what the swarm finds")
+        p.add_argument("--workers", type=int, default=None, metavar="N",
+                       help="live: split each run's clients over N Ray workers (a local Ray cluster, or the one "
+                            "--ray names); the checks run here on the merged records (docs/SCALE.md)")
+        p.add_argument("--ray", default=None, metavar="ADDRESS",
+                       help="live: the workers run on this running Ray cluster (host:port), one per node where "
+                            "it can; with --workers N (default: 2)")
     suite.add_argument("--update-baseline", action="store_true",
                        help="write each run's latency figures to scenarios/baselines.json (the CI gate)")
     swarm = scen_sub.add_parser("swarm", help="draw scenarios from a seed and run them in simulation until one fails; "
@@ -133,7 +139,19 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         console.print(f"[red]--target: {exc}[/]")
         return 2
-    ctx = RunContext(target=target, lab_step_slowdown=args.lab_step_slowdown, lab_defect=args.lab_defect)
+    sharding = None
+    if args.workers is not None or args.ray is not None:
+        from harness.shards import Sharding, sharding_unavailable
+
+        if sharding_unavailable():
+            console.print(f"[red]--workers/--ray: {sharding_unavailable()}[/]")
+            return 2
+        if args.workers is not None and args.workers < 1:
+            console.print(f"[red]--workers: must be 1 or more, got {args.workers}[/]")
+            return 2
+        sharding = Sharding(args.workers or 2, args.ray)
+    ctx = RunContext(target=target, lab_step_slowdown=args.lab_step_slowdown, lab_defect=args.lab_defect,
+                     sharding=sharding)
     try:
         return _run_or_suite(console, args, ctx, target)
     finally:
@@ -206,6 +224,10 @@ def _print_outcome(console: Console, outcome) -> None:
     from harness.report import group_table
 
     console.print(group_table(outcome.trace))
+    for w in outcome.trace.workers:  # a sharded run (harness.shards)
+        console.print(f"  worker {w['worker']} on node {w['node'][:8]}: {w['clients']} clients, clock offset "
+                      f"{w['clock_offset_ms']:+.3f} ms (within {w['clock_offset_bound_ms']:.3f}), loop lag p99 "
+                      f"{w['loop_lag_p99_ms']:.1f} ms", highlight=False)
     for line in outcome.left_out:
         console.print(f"  [yellow]{line}[/]", highlight=False)
     for check in outcome.checks:

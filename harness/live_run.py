@@ -182,6 +182,7 @@ class LiveBackend:
         # Real seconds after the last planned arrival that clients may still run (harness.clients.launch);
         # None: only RUN_DEADLINE_S over the whole run.
         self.run_deadline_s: float | None = None
+        self.sharding = None  # harness.shards.Sharding: the clients over Ray workers; None: in this process
         self.mode = "live" if self.target.default else f"live@{self.target.name}"
         self._kept: tuple[tuple[str, int], object, str] | None = None  # (model, batch), server, its model name
         atexit.register(self.close)

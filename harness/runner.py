@@ -60,13 +60,25 @@ class RunContext:
     parity_mode: str = "sim"
     lab_step_slowdown: float = 1.0  # lab: every scenario's engine made slower by this factor (a real regression)
     lab_defect: str = ""  # lab: every scenario's server runs this seeded defect (streamlab/defects.py)
+    # --workers / --ray: every live run's clients over Ray workers (harness.shards); None: in this process
+    sharding: object | None = None
+
+    def __post_init__(self) -> None:
+        self._share_sharding()
+
+    def _share_sharding(self) -> None:
+        for backend in self.backends.values():
+            if isinstance(backend, LiveBackend):
+                backend.sharding = self.sharding
 
     def close(self) -> None:
-        """Stop what the session's backends keep between runs (a command target's server)."""
+        """Stop what the session's backends keep between runs (a command target's server), and its workers."""
         for backend in self.backends.values():
             close = getattr(backend, "close", None)
             if close is not None:
                 close()
+        if self.sharding is not None:
+            self.sharding.close()
 
     def prepared(self, scenario: Scenario) -> Scenario:
         """The scenario as this session runs it (a lab slowdown or a seeded defect applied to its server)."""
@@ -100,6 +112,7 @@ class RunContext:
             return "live"
         mode = f"live@{target.name}"
         self.backends.setdefault(mode, LiveBackend(target))
+        self._share_sharding()
         return mode
 
 
@@ -116,15 +129,21 @@ def run_trace(scenario: Scenario, backend: Backend, progress=None,
 
     async def main() -> Trace:
         async with backend.serving(scenario) as server:
-            await launch(planned, records, scenario, server.clock, server.opener_for, progress, server.wire,
-                         scenario.run_deadline_s or backend.run_deadline_s)
+            deadline = scenario.run_deadline_s or backend.run_deadline_s
+            sharding = backend.sharding
+            if sharding is not None:  # the clients over worker processes (harness.shards)
+                await sharding.launch(planned, records, scenario, server, deadline)
+            else:
+                await launch(planned, records, scenario, server.clock, server.opener_for, progress, server.wire,
+                             deadline)
             end = server.clock()
             await server.settle(scenario.drain_s)
             books = await server.collect(time_engine)
             references = await server.references(planned, records)
         return Trace.of(books, scenario=scenario.name, mode=backend.mode, seed=scenario.seed,
                         config=scenario.model_dump(mode="json"), streams=records, duration_s=end,
-                        references=references or {})
+                        references=references or {},
+                        workers=[r.summary() for r in sharding.reports] if sharding is not None else [])
 
     t0 = time.perf_counter()
     trace = backend.run(main())

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Annotated, Literal
 
 import yaml
-from pydantic import Field, ValidationError, create_model, model_validator
+from pydantic import Field, ValidationError, create_model, field_validator, model_validator
 
 from harness.arrivals import Arrival, AtOnce, JoinWhile, TraceArrival
 from harness.behaviours import Behaviour
@@ -64,6 +64,13 @@ class ServerSpec(_ServerSpecBase):
     `proxy`, what the harness puts in front of the server (not a server option)."""
     proxy: ProxySpec | None = Field(None, description="live: a reverse proxy (nginx) between Toxiproxy and the "
                                                       "server")
+
+    @field_validator("model", mode="before")
+    @classmethod
+    def _bare_null(cls, value):
+        if value is None:  # YAML reads a bare `null` as no value at all
+            raise ValueError('is YAML\'s null (no value); for the null model preset write model: "null"')
+        return value
 
     def values(self) -> dict:
         return {o.name: getattr(self, o.name) for o in SERVE_OPTIONS}
@@ -159,7 +166,8 @@ class Slo(Strict):
 
 class GroupSpec(Strict):
     name: str = Field(pattern=r"^[a-z][a-z0-9_]*$")
-    count: int = Field(1, ge=1, le=2000)
+    # Bounded so a typo cannot ask one harness for a million sockets; past one process, see docs/SCALE.md.
+    count: int = Field(1, ge=1, le=20000)
     prompt: CorpusPrompt | LiteralPrompt = Field(default_factory=CorpusPrompt)
     request: RequestSpec = Field(default_factory=RequestSpec)
     behaviour: Behaviour

@@ -353,6 +353,7 @@ class SimBackend:
         # Virtual seconds after which clients still waiting are stopped (harness.clients.launch):
         # the swarm's, whose drawn scenarios may meet a stream that never ends. None: no limit.
         self.run_deadline_s = run_deadline_s
+        self.sharding = None  # virtual time is one process's: a simulation is never sharded
 
     def profile(self, model: str) -> StepCostProfile:
         return self.profiles.get(model) or load_profile(model)

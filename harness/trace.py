@@ -86,6 +86,9 @@ class Trace(ServerBooks):
     wall_s: float = 0.0
     duration_s: float = 0.0  # on the harness clock (virtual in simulation)
     references: dict = field(default_factory=dict)  # stream index -> its request run alone through the target
+    # A sharded run's workers (harness.shards): each one's node, clients, clock offset to the
+    # coordinator and that offset's bound (half its measuring round trip), loop lag.
+    workers: list = field(default_factory=list)
 
     @classmethod
     def of(cls, books: ServerBooks, **run) -> "Trace":

@@ -54,7 +54,7 @@ def create_app(config: ServiceConfig = ServiceConfig(), loaded: LoadedModel | No
 
     @asynccontextmanager
     async def lifespan(app: Starlette):
-        model = loaded or load_model(config.model)
+        model = loaded or load_model(config.model, null_step_s=config.null_step_ms / 1000)
         async with anyio.create_task_group():  # anyio imports its asyncio backend on first use (~15 ms
             pass  # here): at start-up, not in the first client's time to first token
         fault = FaultPlan(config.fault_step, config.fault_rate, config.fault_seed, config.lab_step_slowdown,

@@ -108,6 +108,8 @@ class ServiceConfig:
     lab_step_slowdown: float = 1.0
     # Lab only: a seeded defect switched on (streamlab/defects.py), for the swarm's proof; "": none.
     lab_defect: str = ""
+    # The `null` model only (streamlab/null_model.py): each forward pass takes at least this long.
+    null_step_ms: float = 0.0
     # "prefill": a stream's first token goes out as soon as its own prefill is done;
     # "step": with the rest of the step's events, when the whole step ends (the chapter's lab).
     first_token: str = "prefill"

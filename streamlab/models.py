@@ -105,11 +105,15 @@ def preset_state_dict(model: GPT2) -> dict[str, torch.Tensor]:
     return sd
 
 
-def load_model(name: str) -> LoadedModel:
+def load_model(name: str, null_step_s: float = 0.0) -> LoadedModel:
+    """null_step_s: the `null` preset's paced step (streamlab.null_model); other models ignore it."""
     if name in PRESETS:
         preset = PRESETS[name]
         tokenizer = shipped_tokenizer()
         eos = tokenizer.eos_token_id
+        if preset.null:
+            from streamlab.null_model import NullModel
+            return LoadedModel(name, NullModel(preset.shape, eos, null_step_s), tokenizer)
         model = GPT2.from_hf_state_dict(preset.shape, trained_state_dict(preset) if preset.weights
                                         else seeded_state_dict(preset), eos)
         return LoadedModel(name, model, tokenizer)

@@ -102,6 +102,9 @@ SERVE_OPTIONS: tuple[ServeOption, ...] = (
     ServeOption("lab_defect", "--lab-defect", str, _SERVICE.lab_defect,
                 "lab: run with this seeded defect (streamlab/defects.py), to show the swarm finds it; empty: none",
                 choices=("",) + tuple(DEFECTS)),
+    ServeOption("null_step_ms", "--null-step-ms", float, _SERVICE.null_step_ms,
+                "the null model only: each engine step takes at least this many ms (a paced engine); 0 = as "
+                "fast as it goes", bounds={"ge": 0}),
     ServeOption("header_timeout_s", "--header-timeout", float, _SERVICE.header_timeout_s,
                 "seconds a request head may take to arrive (slowloris); then 408 and the connection closed",
                 bounds={"gt": 0}),
@@ -150,6 +153,7 @@ def service_config(values: Mapping[str, object]) -> ServiceConfig:
         max_tokens_budget=v["max_tokens_budget"], keepalive_s=v["keepalive_s"],
         graceful_timeout_s=v["graceful_timeout_s"], lab=v["lab"], fault_step=v["fault_step"],
         fault_rate=v["fault_rate"], fault_seed=v["fault_seed"], lab_step_slowdown=v["lab_step_slowdown"], lab_defect=v["lab_defect"],
+        null_step_ms=v["null_step_ms"],
         header_timeout_s=v["header_timeout_s"],
         body_timeout_s=v["body_timeout_s"], max_connections=v["max_connections"],
         max_head_bytes=v["max_head_bytes"], max_headers=v["max_headers"], api_key=v["api_key"],

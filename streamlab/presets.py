@@ -29,6 +29,7 @@ class Preset:
     proj_gain: float  # extra factor on the residual projections (c_proj)
     description: str
     weights: str | None = None  # trained weights shipped in assets/ (else drawn from the seed)
+    null: bool = False  # no weights at all: streamlab.null_model makes the tokens
 
 
 VOCAB = 8192
@@ -47,4 +48,9 @@ PRESETS: dict[str, Preset] = {
     "stdlib-small": Preset(GPT2Shape(VOCAB, 256, 128, 3, 4), seed=0, embed_std=0.0, block_std=0.0, proj_gain=1.0,
                            description="3 layers, 128 wide, trained on stdlib docstrings: for the page and demo",
                            weights="stdlib-small.safetensors"),
+    # A lab model that makes tokens at almost no cost (streamlab/null_model.py), so that a run
+    # measures the harness and the service, with thousands of streams in one batch; --null-step-ms
+    # paces its steps.
+    "null": Preset(GPT2Shape(VOCAB, 1024, 1, 1, 1), seed=0, embed_std=0.0, block_std=0.0, proj_gain=1.0,
+                   description="no weights, tokens at almost no cost: for measuring the harness (lab)", null=True),
 }

@@ -75,7 +75,10 @@ def logits_to_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tenso
 
 
 def sample(logits: torch.Tensor, params: SamplingParams, rng: torch.Generator | None) -> int:
-    """One token id from one row of logits (V,)."""
+    """One token id from one row of logits (V,); a 0-d row is a token the model chose itself
+    (streamlab.null_model), taken as it is."""
+    if logits.dim() == 0:
+        return int(logits)
     if params.greedy:
         return int(torch.argmax(logits))
     probs = logits_to_probs(logits.float(), params)

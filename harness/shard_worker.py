@@ -1,0 +1,30 @@
+"""The Ray actor that runs one shard of a scenario's clients (harness.shards). Imported only
+where Ray is installed (the `scale` extra)."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import time
+
+import ray
+
+
+@ray.remote
+class ShardWorker:
+    def now(self) -> float:
+        """This worker's monotonic clock, for the coordinator's offset measurement."""
+        return time.monotonic()
+
+    def node(self) -> str:
+        return ray.get_runtime_context().get_node_id()
+
+    def run(self, shard) -> tuple[list, float]:
+        from harness.shards import run_shard
+
+        gc.collect()  # as a single process does (harness.live_run): no collection mid-run
+        gc.disable()
+        try:
+            return asyncio.run(run_shard(shard))
+        finally:
+            gc.enable()
