@@ -1,0 +1,171 @@
+"""Issue 25: the null model holds thousands of streams in one batch; a scenario's clients split
+over Ray workers give the same outcomes and pass the same checks as one process; a two-node Ray
+cluster on loopback (a head and a second node, each started as its own processes: a stand-in
+for a second machine) runs one scenario across both nodes, with the workers' clock offsets
+measured and reported on the trace. Every server and node here is on 127.0.0.1."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness.live_run import live_unavailable
+from harness.plan import plan, tokenizer_for
+from harness.runner import RESULTS, RunContext, run_scenario
+from harness.scenario import Scenario, load
+from harness.shards import Sharding, refused, shard_of, sharding_unavailable
+from streamlab.config import CacheConfig, EngineConfig
+from streamlab.engine.engine import BatchEngine
+from streamlab.models import load_model
+from streamlab.sampling import SamplingParams
+
+SCALE = Path(__file__).parents[1] / "scenarios" / "scale"
+needs_live = pytest.mark.skipif(live_unavailable() is not None, reason=str(live_unavailable()))
+needs_ray = pytest.mark.skipif(sharding_unavailable() is not None, reason=str(sharding_unavailable()))
+
+
+def _run_to_end(engine: BatchEngine, max_steps: int) -> tuple[dict[str, list[int]], int]:
+    tokens: dict[str, list[int]] = {}
+    widest = 0
+    for _ in range(max_steps):
+        if not engine.has_work():
+            break
+        out = engine.step()
+        widest = max(widest, out.decoded)
+        for t in out.tokens:
+            tokens.setdefault(t.request_id, []).append(t.token_id)
+    return tokens, widest
+
+
+def test_the_null_model_holds_thousands_in_one_batch_and_a_stream_is_the_same_alone():
+    model = load_model("null").model
+    n, new = 4096, 8
+    engine = BatchEngine(model, EngineConfig(max_batch=n, cache=CacheConfig(num_blocks=2 * n), step_token_budget=0))
+    prompts = {f"r{i}": [1 + i % 50, 2 + i % 7, 3] for i in range(n)}
+    for rid, prompt in prompts.items():
+        engine.submit(rid, prompt, SamplingParams(max_new_tokens=new))
+    tokens, widest = _run_to_end(engine, 4 * new)
+    assert widest == n  # every stream decoded in one batch
+    assert all(len(t) == new for t in tokens.values()) and len(tokens) == n  # never eos: each runs its length
+    assert engine.stats().blocks_free == 2 * n and not engine.check_released()
+    for rid in ("r0", "r1234", "r4095"):  # alone, the same tokens
+        alone = BatchEngine(model, EngineConfig(max_batch=1, cache=CacheConfig(num_blocks=4), step_token_budget=0))
+        alone.submit(rid, prompts[rid], SamplingParams(max_new_tokens=new))
+        assert _run_to_end(alone, 4 * new)[0][rid] == tokens[rid]
+
+
+def test_a_shard_is_its_clients_by_id_and_every_worker_plans_the_same_schedule():
+    scenario = load(SCALE / "scale_null_2000.yaml")
+    planned = plan(scenario, tokenizer_for(scenario.server.model))
+    again = plan(Scenario.model_validate(scenario.model_dump(mode="json")), tokenizer_for(scenario.server.model))
+    assert [(p.index, p.at_s, p.prompt) for p in planned] == [(p.index, p.at_s, p.prompt) for p in again]
+    for workers in (1, 2, 3, 7):
+        shards = [shard_of(planned, k, workers) for k in range(workers)]
+        assert sorted(i for s in shards for i in s) == list(range(len(planned)))  # each client once
+        assert max(map(len, shards)) - min(map(len, shards)) <= 1
+
+
+def test_a_join_while_group_is_refused_over_workers_with_the_reason():
+    scenario = load(Path(__file__).parents[1] / "scenarios" / "late_joiners_8.yaml")
+    assert refused(scenario, 1) is None
+    assert "joins while" in refused(scenario, 2)
+
+
+def _outcomes(outcome) -> list[tuple]:
+    return [(s.group, s.index, s.finish, tuple(s.token_ids)) for s in outcome.trace.streams]
+
+
+def _peak_open(outcome) -> int:
+    """The most streams open at one moment: sent, and not yet ended or left."""
+    edges = []
+    for s in outcome.trace.streams:
+        if s.sent_at is not None and s.stopped_at is not None:
+            edges += [(s.sent_at, 1), (s.stopped_at, -1)]
+    peak = now = 0
+    for _, step in sorted(edges):
+        now += step
+        peak = max(peak, now)
+    return peak
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class LocalRayCluster:
+    """A head node and a second node, each started by `ray start` as its own processes, joined at
+    127.0.0.1 with a token made for this cluster (`env`: what `ray start` and a driver need).
+    Ray on Linux registers a node under the machine's own address rather than the loopback one
+    (ray/_private/services.py resolve_ip_for_localhost); the streams themselves stay on 127.0.0.1."""
+
+    def __init__(self) -> None:
+        self.bin = Path(sys.executable).parent
+        self.port = _free_port()
+        self.address = f"127.0.0.1:{self.port}"
+        self.env = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32),
+                    "RAY_USAGE_STATS_ENABLED": "0"}
+
+    def _ray(self, *args: str) -> None:
+        done = subprocess.run([str(self.bin / "ray"), *args], capture_output=True, text=True, timeout=180,
+                              env=self.env)
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+
+    def __enter__(self) -> "LocalRayCluster":
+        common = ["--num-cpus", "1", "--object-store-memory", str(200 * 2 ** 20), "--disable-usage-stats"]
+        self._ray("start", "--head", "--port", str(self.port), "--include-dashboard", "false", *common)
+        self._ray("start", "--address", self.address, *common)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        subprocess.run([str(self.bin / "ray"), "stop", "--force"], capture_output=True, timeout=120, env=self.env)
+
+
+@needs_live
+@needs_ray
+def test_2000_streams_in_one_process_and_over_a_two_node_ray_cluster_end_alike():
+    """The same scenario in this process, then with `streamlab scenario run --ray ADDRESS --workers 2`
+    against a two-node cluster: the same checks pass and every stream ends alike."""
+    path = SCALE / "scale_null_2000.yaml"
+    one = run_scenario(load(path), "live", RunContext(results_dir=None))
+    assert one.ok, one.failures()
+    with LocalRayCluster() as cluster:
+        done = subprocess.run([str(cluster.bin / "streamlab"), "scenario", "run", str(path), "--mode", "live",
+                               "--ray", cluster.address, "--workers", "2"],
+                              capture_output=True, text=True, timeout=600, env=cluster.env)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    two = json.loads((RESULTS / "scale_null_2000-live.json").read_text())
+    assert [c["name"] for c in two["checks"] if c["passed"] is not None] == [c.name for c in one.checks if c.observed]
+    assert all(c["passed"] is not False for c in two["checks"]), [c for c in two["checks"] if c["passed"] is False]
+    theirs = [(s["group"], s["index"], s["finish"], tuple(s["token_ids"])) for s in two["streams"]]
+    assert theirs == _outcomes(one)  # every stream's end and tokens, client by client
+    workers = two["workers"]
+    assert len({w["node"] for w in workers}) == 2, workers  # one worker on each node
+    assert sum(w["clients"] for w in workers) == 2000
+    for w in workers:  # the skew between workers' clocks, measured and on the trace
+        assert abs(w["clock_offset_ms"]) <= 50 and w["clock_offset_bound_ms"] <= 50, w
+    print("workers:", workers)
+
+
+@needs_live
+@needs_ray
+def test_4000_concurrent_streams_pass_their_checks_over_two_workers():
+    scenario = load(SCALE / "scale_null_4000.yaml")
+    ctx = RunContext(results_dir=None, sharding=Sharding(2))
+    try:
+        outcome = run_scenario(scenario, "live", ctx)
+    finally:
+        ctx.close()
+    assert outcome.ok, outcome.failures()
+    assert _peak_open(outcome) >= 4000, _peak_open(outcome)  # all of them open at once
+    assert [w["clients"] for w in outcome.trace.workers] == [2000, 2000]
+    print("workers:", outcome.trace.workers)
