@@ -19,12 +19,11 @@ class ShardWorker:
     def node(self) -> str:
         return ray.get_runtime_context().get_node_id()
 
-    def run(self, shard) -> tuple[list, float]:
-        from harness.shards import run_shard
-
+    def run(self, job, shard) -> tuple[list, float]:
+        """`job(shard)`, a coroutine function (harness.shards.run_shard, handed over by reference)."""
         gc.collect()  # as a single process does (harness.live_run): no collection mid-run
         gc.disable()
         try:
-            return asyncio.run(run_shard(shard))
+            return asyncio.run(job(shard))
         finally:
             gc.enable()

@@ -193,7 +193,7 @@ class Sharding:
         start = server.clock() + START_LEAD_S
         shards = [Shard(scenario.model_dump(mode="json"), k, self.workers, ports, server.wire, offset,
                         server.base, start, deadline_s) for k, (offset, _) in enumerate(measured)]
-        refs = [a.run.remote(s) for a, s in zip(self._actors, shards)]
+        refs = [a.run.remote(run_shard, s) for a, s in zip(self._actors, shards)]
         results = await asyncio.gather(*(asyncio.wrap_future(r.future()) for r in refs))
         self.reports = []
         for k, ((shard_records, lag), (offset, bound)) in enumerate(zip(results, measured)):

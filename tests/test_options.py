@@ -20,7 +20,7 @@ NON_DEFAULT = {"model": "tiny", "policy": Policy.DROP, "queue_limit": 5, "stall_
                "header_timeout_s": 3.5, "body_timeout_s": 4.5, "max_connections": 3000, "max_head_bytes": 20000, "max_headers": 50, "api_key": "k", "debug": True, "admin_port": free_port(), "first_token": "step", "cache_blocks": 333, "block_size": 8,
                "waiting_limit": 11, "admission": "deadline", "ttft_deadline_ms": 250.0, "max_tokens_budget": 555, "keepalive_s": 2.5, "graceful_timeout_s": 1.5,
                "resume_window_s": 4.5, "resume_buffer_events": 77, "resume_buffer_bytes": 9999, "lab": True, "lab_step_slowdown": 1.5,
-               "lab_defect": "stop_across_tokens"}
+               "lab_defect": "stop_across_tokens", "null_step_ms": 20.0}
 
 
 HARNESS_SIDE = {"proxy"}  # what the harness puts in front of the server, not a server option
