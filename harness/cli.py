@@ -227,7 +227,8 @@ def _print_outcome(console: Console, outcome) -> None:
     for w in outcome.trace.workers:  # a sharded run (harness.shards)
         console.print(f"  worker {w['worker']} on node {w['node'][:8]}: {w['clients']} clients, clock offset "
                       f"{w['clock_offset_ms']:+.3f} ms (within {w['clock_offset_bound_ms']:.3f}), loop lag p99 "
-                      f"{w['loop_lag_p99_ms']:.1f} ms", highlight=False)
+                      f"{w['loop_lag_p99_ms']:.1f} ms, ready {w['ready_before_t0_ms']:.0f} ms before T0",
+                      highlight=False)
     for line in outcome.left_out:
         console.print(f"  [yellow]{line}[/]", highlight=False)
     for check in outcome.checks:

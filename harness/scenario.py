@@ -21,6 +21,7 @@ from harness.targets import Target
 from streamlab.config import ServiceConfig
 from streamlab.options import SERVE_OPTIONS, ServeOption, serve_args, service_config
 from streamlab.policies import Policy
+from streamlab.presets import PRESETS
 
 SCENARIOS_DIR = Path(__file__).resolve().parent.parent / "scenarios"
 
@@ -292,6 +293,10 @@ class Scenario(Strict):
 
     @model_validator(mode="after")
     def _references(self) -> "Scenario":
+        preset = PRESETS.get(self.server.model)
+        if preset is not None and preset.null and "sim" in self.modes:
+            raise FieldProblem(("modes",), "the null model runs live only (it has no simulated cost profile); "
+                                           "expected modes: [live]")
         engine_error = self.faults.engine_error if self.faults else None
         if engine_error is not None:
             if not self.server.lab:

@@ -19,8 +19,9 @@ class ShardWorker:
     def node(self) -> str:
         return ray.get_runtime_context().get_node_id()
 
-    def run(self, job, shard) -> tuple[list, float]:
-        """`job(shard)`, a coroutine function (harness.shards.run_shard, handed over by reference)."""
+    def run(self, job, shard):
+        """`job(shard)`, a coroutine function (harness.shards' prepare_shard or run_shard, handed
+        over by reference)."""
         gc.collect()  # as a single process does (harness.live_run): no collection mid-run
         gc.disable()
         try:

@@ -20,7 +20,7 @@ import asyncio
 import dataclasses
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from harness.scenario import JoinWhile, Scenario
 
@@ -68,13 +68,14 @@ class WorkerReport:
     clients: int
     offset_s: float
     offset_bound_s: float  # half the round trip of the exchange that measured offset_s
-    records: list = field(default_factory=list)
     lag_p99_ms: float = 0.0  # the worker's event loop lag while its clients ran
+    margin_ms: float = 0.0  # how long before T0 its clients were ready: negative, they started late
 
     def summary(self) -> dict:
         return {"worker": self.index, "node": self.node, "clients": self.clients,
                 "clock_offset_ms": round(self.offset_s * 1e3, 3),
-                "clock_offset_bound_ms": round(self.offset_bound_s * 1e3, 3), "loop_lag_p99_ms": self.lag_p99_ms}
+                "clock_offset_bound_ms": round(self.offset_bound_s * 1e3, 3), "loop_lag_p99_ms": self.lag_p99_ms,
+                "ready_before_t0_ms": self.margin_ms}
 
 
 def shard_of(planned: list, index: int, of: int) -> list[int]:
@@ -82,20 +83,46 @@ def shard_of(planned: list, index: int, of: int) -> list[int]:
     return [i for i in range(len(planned)) if i % of == index]
 
 
-async def run_shard(shard: Shard) -> tuple[list, float]:
-    """A worker's clients, on the coordinator's timeline (harness.clients.launch, as one process
-    runs them); their records, and the event loop's p99 lag over the run in ms."""
-    from harness.clients import launch
+_PLANS: dict[str, tuple[Scenario, list]] = {}  # a worker's plans, by the scenario's JSON: made before T0
+
+
+def _planned(scenario_json: dict) -> tuple[Scenario, list]:
+    import json
+
     from harness.plan import plan, tokenizer_for
+
+    key = json.dumps(scenario_json, sort_keys=True)
+    if key not in _PLANS:
+        scenario = Scenario.model_validate(scenario_json)
+        _PLANS.clear()  # one scenario at a time
+        _PLANS[key] = scenario, plan(scenario, tokenizer_for(scenario.server.model))
+    return _PLANS[key]
+
+
+async def prepare_shard(scenario_json: dict) -> int:
+    """Before T0 is named: import what the clients need and plan the scenario (on a busy machine
+    this took longer than the lead T0 is given). The number of clients planned."""
+    import harness.clients  # noqa: F401
+    import harness.rawhttp  # noqa: F401
+
+    return len(_planned(scenario_json)[1])
+
+
+async def run_shard(shard: Shard) -> tuple[list, float, float]:
+    """A worker's clients, on the coordinator's timeline (harness.clients.launch, as one process
+    runs them); their records, the event loop's p99 lag over the run and how long before T0 the
+    clients were ready (negative: late), both in ms."""
+    from harness.clients import launch
     from harness.rawhttp import RawExchange
     from harness.behaviours import Sleeper
     from harness.trace import StreamRecord
 
-    scenario = Scenario.model_validate(shard.scenario)
-    planned = plan(scenario, tokenizer_for(scenario.server.model))
+    scenario, planned = _planned(shard.scenario)
     mine = [planned[i] for i in shard_of(planned, shard.index, shard.of)]
-    # Every client of this shard waits for T0: the plan's times are counted from it.
-    mine = [dataclasses.replace(pc, at_s=pc.at_s + shard.start_s) for pc in mine]
+    # Every client of this shard waits for T0: the plan's times are counted from it (a join_while
+    # client's time counts from its group's first token, and it runs with one worker only).
+    mine = [pc if isinstance(pc.group.arrival, JoinWhile) else dataclasses.replace(pc, at_s=pc.at_s + shard.start_s)
+            for pc in mine]
     records = [StreamRecord(pc.group.name, pc.index, pc.group.behaviour.kind, pc.prompt, pc.request) for pc in mine]
     loop = asyncio.get_running_loop()
 
@@ -122,14 +149,17 @@ async def run_shard(shard: Shard) -> tuple[list, float]:
     capped = scenario.max_clients_at_once
     if capped:  # the cap is the scenario's over all workers: each takes its share
         scenario = scenario.model_copy(update={"max_clients_at_once": max(1, math.ceil(capped / shard.of))})
+    margin = shard.start_s - clock()
     try:
+        # launch counts its deadline from now, past the last arrival, whose time is already on
+        # the coordinator's clock: so the deadline is given from this moment.
         await launch(mine, records, scenario, clock, opener_for, None, shard.wire,
-                     None if shard.deadline_s is None else shard.deadline_s + shard.start_s)
+                     None if shard.deadline_s is None else shard.deadline_s - clock())
     finally:
         watcher.cancel()
     lags.sort()
     p99 = lags[min(len(lags) - 1, int(0.99 * len(lags)))] * 1e3 if lags else 0.0
-    return records, round(p99, 2)
+    return records, round(p99, 2), round(margin * 1e3, 1)
 
 
 class Sharding:
@@ -186,20 +216,33 @@ class Sharding:
         if getattr(server, "proxy", None) is not None:
             raise ValueError(f"{scenario.name}: cannot shard a run through nginx (its clients are the coordinator's)")
         ray = await asyncio.to_thread(self._connect)
+        data = scenario.model_dump(mode="json")
+        counts = await asyncio.to_thread(ray.get, [a.run.remote(prepare_shard, data) for a in self._actors])
+        if any(n != len(planned) for n in counts):  # the merge by index needs every plan to be this one
+            raise RuntimeError(f"{scenario.name}: workers planned {counts} clients, this process {len(planned)}")
         measured = [await asyncio.to_thread(self._offset, ray, a) for a in self._actors]
         nodes = await asyncio.to_thread(ray.get, [a.node.remote() for a in self._actors])
         ports = {g.name: server.proxies[g.name].listen_port if g.name in server.proxies else server.front_port
                  for g in scenario.groups}
         start = server.clock() + START_LEAD_S
-        shards = [Shard(scenario.model_dump(mode="json"), k, self.workers, ports, server.wire, offset,
-                        server.base, start, deadline_s) for k, (offset, _) in enumerate(measured)]
+        shards = [Shard(data, k, self.workers, ports, server.wire, offset, server.base, start, deadline_s)
+                  for k, (offset, _) in enumerate(measured)]
         refs = [a.run.remote(run_shard, s) for a, s in zip(self._actors, shards)]
-        results = await asyncio.gather(*(asyncio.wrap_future(r.future()) for r in refs))
+        try:
+            results = await asyncio.gather(*(asyncio.wrap_future(r.future()) for r in refs))
+        except BaseException:  # the other workers' clients would run on, and hold their actors
+            for r in refs:
+                ray.cancel(r, force=True)
+            self.close()
+            raise
         self.reports = []
-        for k, ((shard_records, lag), (offset, bound)) in enumerate(zip(results, measured)):
-            for i, rec in zip(shard_of(planned, k, self.workers), shard_records):
+        for k, ((shard_records, lag, margin), (offset, bound)) in enumerate(zip(results, measured)):
+            mine = shard_of(planned, k, self.workers)
+            assert len(mine) == len(shard_records), (k, len(mine), len(shard_records))
+            for i, rec in zip(mine, shard_records):
                 records[i] = rec
-            self.reports.append(WorkerReport(k, nodes[k], len(shard_records), offset, bound, lag_p99_ms=lag))
+            self.reports.append(WorkerReport(k, nodes[k], len(shard_records), offset, bound, lag_p99_ms=lag,
+                                             margin_ms=margin))
 
     def close(self) -> None:
         if self._actors:

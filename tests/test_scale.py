@@ -120,10 +120,19 @@ class LocalRayCluster:
                               env=self.env)
         assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
 
+    @staticmethod
+    def another_running() -> bool:
+        """A Ray cluster already runs here: `ray stop --force`, this cluster's cleanup, would stop it too."""
+        return subprocess.run(["pgrep", "-f", "gcs_server"], capture_output=True).returncode == 0
+
     def __enter__(self) -> "LocalRayCluster":
         common = ["--num-cpus", "1", "--object-store-memory", str(200 * 2 ** 20), "--disable-usage-stats"]
-        self._ray("start", "--head", "--port", str(self.port), "--include-dashboard", "false", *common)
-        self._ray("start", "--address", self.address, *common)
+        try:
+            self._ray("start", "--head", "--port", str(self.port), "--include-dashboard", "false", *common)
+            self._ray("start", "--address", self.address, *common)
+        except BaseException:
+            self.__exit__()
+            raise
         return self
 
     def __exit__(self, *exc) -> None:
@@ -135,6 +144,8 @@ class LocalRayCluster:
 def test_2000_streams_in_one_process_and_over_a_two_node_ray_cluster_end_alike():
     """The same scenario in this process, then with `streamlab scenario run --ray ADDRESS --workers 2`
     against a two-node cluster: the same checks pass and every stream ends alike."""
+    if LocalRayCluster.another_running():
+        pytest.skip("a Ray cluster already runs on this machine, and this test's cleanup (ray stop) would stop it")
     path = SCALE / "scale_null_2000.yaml"
     one = run_scenario(load(path), "live", RunContext(results_dir=None))
     assert one.ok, one.failures()
@@ -153,6 +164,7 @@ def test_2000_streams_in_one_process_and_over_a_two_node_ray_cluster_end_alike()
     assert sum(w["clients"] for w in workers) == 2000
     for w in workers:  # the skew between workers' clocks, measured and on the trace
         assert abs(w["clock_offset_ms"]) <= 50 and w["clock_offset_bound_ms"] <= 50, w
+        assert w["ready_before_t0_ms"] > 0, w  # planned before T0: no client started late
     print("workers:", workers)
 
 
@@ -168,4 +180,15 @@ def test_4000_concurrent_streams_pass_their_checks_over_two_workers():
     assert outcome.ok, outcome.failures()
     assert _peak_open(outcome) >= 4000, _peak_open(outcome)  # all of them open at once
     assert [w["clients"] for w in outcome.trace.workers] == [2000, 2000]
+    assert all(w["ready_before_t0_ms"] > 0 for w in outcome.trace.workers), outcome.trace.workers
     print("workers:", outcome.trace.workers)
+
+
+def test_a_null_model_scenario_that_asks_for_a_simulation_is_refused_naming_the_field(tmp_path):
+    path = tmp_path / "null_sim.yaml"
+    path.write_text('name: null_sim\nserver: {model: "null"}\ngroups: [{name: g, behaviour: {kind: reader}}]\n')
+    with pytest.raises(Exception, match=r"null_sim.yaml:\d+: modes: the null model runs live only"):
+        load(path)
+    path.write_text('name: null_sim\nserver: {model: null}\ngroups: [{name: g, behaviour: {kind: reader}}]\n')
+    with pytest.raises(Exception, match='server.model: .*write model: "null"'):
+        load(path)
