@@ -10,7 +10,7 @@ shortest round trip: offset = the worker's reading minus the midpoint of the coo
 readings around it, known to within half that round trip) and names one start time T0 on its own
 clock; each worker runs on the coordinator's timeline through its offset, so every record comes
 back in the coordinator's seconds and the merge is a placement by index. Ray places the workers
-(`SPREAD` over the cluster's nodes) and carries the calls; `--workers N` starts a local cluster,
+(worker k on the cluster's live node k modulo their number) and carries the calls; `--workers N` starts a local cluster,
 `--ray ADDRESS` joins one already running, the same code path either way.
 """
 
@@ -186,15 +186,20 @@ class Sharding:
         if not ray.is_initialized():
             if self.address:
                 ray.init(address=self.address, log_to_driver=False)
-            else:  # a local cluster, on loopback, that lives as long as this process
-                ray.init(num_cpus=max(2, self.workers), include_dashboard=False, log_to_driver=False,
-                         _node_ip_address="127.0.0.1")
+            else:  # a new local cluster (not one found on the machine), living as long as this process
+                ray.init(address="local", num_cpus=max(2, self.workers), include_dashboard=False,
+                         log_to_driver=False)
             _CONNECTED = wanted
         if len(self._actors) != self.workers:
+            from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
             from harness.shard_worker import ShardWorker
 
-            self._actors = [ShardWorker.options(num_cpus=0, scheduling_strategy="SPREAD").remote()
-                            for _ in range(self.workers)]
+            # Worker k on live node k modulo their number: one per node where there are enough
+            # (SPREAD, Ray's best effort, put both of two on one node of two in a run here).
+            nodes = sorted(n["NodeID"] for n in ray.nodes() if n["Alive"])
+            self._actors = [ShardWorker.options(num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(
+                nodes[k % len(nodes)], soft=False)).remote() for k in range(self.workers)]
         return ray
 
     def _offset(self, ray, actor) -> tuple[float, float]:
@@ -215,7 +220,9 @@ class Sharding:
             raise ValueError(f"{scenario.name}: cannot shard: {problem}")
         if getattr(server, "proxy", None) is not None:
             raise ValueError(f"{scenario.name}: cannot shard a run through nginx (its clients are the coordinator's)")
-        ray = await asyncio.to_thread(self._connect)
+        # In this thread, not a helper one: Ray's local processes die with the thread that started
+        # them (PR_SET_PDEATHSIG), and asyncio's helper threads end with the run.
+        ray = self._connect()
         data = scenario.model_dump(mode="json")
         counts = await asyncio.to_thread(ray.get, [a.run.remote(prepare_shard, data) for a in self._actors])
         if any(n != len(planned) for n in counts):  # the merge by index needs every plan to be this one

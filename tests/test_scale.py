@@ -13,6 +13,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -103,53 +104,75 @@ def _free_port() -> int:
 
 
 class LocalRayCluster:
-    """A head node and a second node, each started by `ray start` as its own processes, joined at
-    127.0.0.1 with a token made for this cluster (`env`: what `ray start` and a driver need).
-    Ray on Linux registers a node under the machine's own address rather than the loopback one
+    """A head node and a second node, each a `ray start --block` process of its own (stopping it
+    stops that node's processes, and no other Ray on the machine), joined at 127.0.0.1 with a
+    token made for this cluster (`env`: what `ray start` and a driver need). Ray on Linux
+    registers a node under the machine's own address rather than the loopback one
     (ray/_private/services.py resolve_ip_for_localhost); the streams themselves stay on 127.0.0.1."""
 
-    def __init__(self) -> None:
+    def __init__(self, tmp: Path) -> None:
         self.bin = Path(sys.executable).parent
         self.port = _free_port()
         self.address = f"127.0.0.1:{self.port}"
         self.env = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32),
                     "RAY_USAGE_STATS_ENABLED": "0"}
+        self.tmp = tmp
+        self.nodes: list[subprocess.Popen] = []
+        self.logs: list = []
 
-    def _ray(self, *args: str) -> None:
-        done = subprocess.run([str(self.bin / "ray"), *args], capture_output=True, text=True, timeout=180,
-                              env=self.env)
-        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    def _node(self, name: str, *args: str) -> None:
+        log = open(self.tmp / f"ray-{name}.log", "w")
+        self.logs.append(log)
+        self.nodes.append(subprocess.Popen(
+            [str(self.bin / "ray"), "start", "--block", *args, "--num-cpus", "1", "--object-store-memory",
+             str(200 * 2 ** 20), "--disable-usage-stats"], stdout=log, stderr=subprocess.STDOUT, env=self.env))
 
-    @staticmethod
-    def another_running() -> bool:
-        """A Ray cluster already runs here: `ray stop --force`, this cluster's cleanup, would stop it too."""
-        return subprocess.run(["pgrep", "-f", "gcs_server"], capture_output=True).returncode == 0
+    def _active_nodes(self) -> int:
+        done = subprocess.run([str(self.bin / "ray"), "status", "--address", self.address], capture_output=True,
+                              text=True, timeout=60, env=self.env)
+        active = done.stdout.split("Active:", 1)[-1].split("Pending:", 1)[0]
+        return sum(1 for line in active.splitlines() if "node_" in line) if done.returncode == 0 else 0
+
+    def _wait_for(self, nodes: int, deadline_s: float = 120.0) -> None:
+        until = time.monotonic() + deadline_s
+        while self._active_nodes() < nodes:
+            logs = "".join(p.read_text()[-1500:] for p in sorted(self.tmp.glob("ray-*.log")))
+            assert all(n.poll() is None for n in self.nodes), f"a ray node exited: {logs}"
+            assert time.monotonic() < until, f"{nodes} ray nodes not up within {deadline_s} s: {logs}"
+            time.sleep(1.0)
 
     def __enter__(self) -> "LocalRayCluster":
-        common = ["--num-cpus", "1", "--object-store-memory", str(200 * 2 ** 20), "--disable-usage-stats"]
         try:
-            self._ray("start", "--head", "--port", str(self.port), "--include-dashboard", "false", *common)
-            self._ray("start", "--address", self.address, *common)
+            self._node("head", "--head", "--port", str(self.port), "--include-dashboard", "false")
+            self._wait_for(1)
+            self._node("second", "--address", self.address)
+            self._wait_for(2)
         except BaseException:
             self.__exit__()
             raise
         return self
 
     def __exit__(self, *exc) -> None:
-        subprocess.run([str(self.bin / "ray"), "stop", "--force"], capture_output=True, timeout=120, env=self.env)
+        for node in reversed(self.nodes):  # the second node first, then the head
+            node.terminate()
+            try:
+                node.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                node.kill()
+                node.wait(timeout=30)
+        for log in self.logs:
+            log.close()
 
 
 @needs_live
 @needs_ray
-def test_2000_streams_in_one_process_and_over_a_two_node_ray_cluster_end_alike():
+def test_2000_streams_in_one_process_and_over_a_two_node_ray_cluster_end_alike(tmp_path):
     """The same scenario in this process, then with `streamlab scenario run --ray ADDRESS --workers 2`
     against a two-node cluster: the same checks pass and every stream ends alike."""
-    if LocalRayCluster.another_running():
-        pytest.skip("a Ray cluster already runs on this machine, and this test's cleanup (ray stop) would stop it")
     path = SCALE / "scale_null_2000.yaml"
     one = run_scenario(load(path), "live", RunContext(results_dir=None))
     assert one.ok, one.failures()
-    with LocalRayCluster() as cluster:
+    with LocalRayCluster(tmp_path) as cluster:
         done = subprocess.run([str(cluster.bin / "streamlab"), "scenario", "run", str(path), "--mode", "live",
                                "--ray", cluster.address, "--workers", "2"],
                               capture_output=True, text=True, timeout=600, env=cluster.env)
