@@ -105,6 +105,19 @@ class Client:
             self.note(await conn.read_events(1, READ_DEADLINE_S))
 
 
+def raw_opener(port: int, behaviour) -> Opener:
+    """HTTP/1.1 to 127.0.0.1:port, as a client of this behaviour connects (a sleeper with its own
+    receive buffer). The live server's and a shard worker's clients both open through it."""
+    from harness.behaviours import Sleeper
+    from harness.rawhttp import RawExchange
+
+    rcvbuf = behaviour.recv_buffer_bytes if isinstance(behaviour, Sleeper) else None
+
+    async def opener(path: str, body, headers):
+        return await RawExchange.open("127.0.0.1", port, "POST", path, body, headers=headers, rcvbuf=rcvbuf)
+    return opener
+
+
 def with_headers(opener: Opener, extra: dict[str, str]) -> Opener:
     """Every request through `opener` also carries `extra` (the access key)."""
     if not extra:

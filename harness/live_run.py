@@ -17,12 +17,11 @@ from pathlib import Path
 from harness import timing
 from harness.trace import ServerBooks
 from harness.faults import ToxiproxyClient, ProxyHandle, ToxiproxyServer, find_binary
+from harness.clients import raw_opener
 from harness.live import RunningServer, ServerProcess, target_process
 from harness.nginx import Nginx, ensure_certificate, nginx_unavailable
 from harness.plan import PlannedClient
 from harness.profile import load_profile
-from harness.rawhttp import RawExchange
-from harness.behaviours import Sleeper
 from harness.scenario import ProxySpec, Scenario
 from harness.target_watch import TargetWatch
 from harness.targets import TARGETS, Target
@@ -94,10 +93,12 @@ class LiveServer:
     def clock(self) -> float:
         return self.loop.time() - self.base
 
+    def port_for(self, group: str) -> int:
+        """Where a group's clients connect: its Toxiproxy listener, or the front (nginx, or the server)."""
+        return self.proxies[group].listen_port if group in self.proxies else self.front_port
+
     def opener_for(self, pc: PlannedClient):
-        port = self.proxies[pc.group.name].listen_port if pc.group.name in self.proxies else self.front_port
-        behaviour = pc.group.behaviour
-        rcvbuf = behaviour.recv_buffer_bytes if isinstance(behaviour, Sleeper) else None
+        port = self.port_for(pc.group.name)
         if self.proxy is not None and self.proxy.http2:
             ca_file = ensure_certificate()[0]
 
@@ -106,10 +107,7 @@ class LiveServer:
 
                 return await H2Exchange.open("127.0.0.1", port, "POST", path, body, headers=headers, ca_file=ca_file)
             return h2_opener
-
-        async def opener(path: str, body, headers):
-            return await RawExchange.open("127.0.0.1", port, "POST", path, body, headers=headers, rcvbuf=rcvbuf)
-        return opener
+        return raw_opener(port, pc.group.behaviour)
 
     async def settle(self, drain_s: float) -> None:
         if self.target.profile_spec.native_books:

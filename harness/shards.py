@@ -112,10 +112,8 @@ async def run_shard(shard: Shard) -> tuple[list, float, float]:
     """A worker's clients, on the coordinator's timeline (harness.clients.launch, as one process
     runs them); their records, the event loop's p99 lag over the run and how long before T0 the
     clients were ready (negative: late), both in ms."""
-    from harness.clients import launch
-    from harness.rawhttp import RawExchange
-    from harness.behaviours import Sleeper
-    from harness.trace import StreamRecord
+    from harness.clients import launch, raw_opener
+    from harness.trace import StreamRecord, percentile
 
     scenario, planned = _planned(shard.scenario)
     mine = [planned[i] for i in shard_of(planned, shard.index, shard.of)]
@@ -130,12 +128,7 @@ async def run_shard(shard: Shard) -> tuple[list, float, float]:
         return loop.time() - shard.offset_s - shard.base_s
 
     def opener_for(pc):
-        port = shard.ports[pc.group.name]
-        rcvbuf = pc.group.behaviour.recv_buffer_bytes if isinstance(pc.group.behaviour, Sleeper) else None
-
-        async def opener(path: str, body, headers):
-            return await RawExchange.open("127.0.0.1", port, "POST", path, body, headers=headers, rcvbuf=rcvbuf)
-        return opener
+        return raw_opener(shard.ports[pc.group.name], pc.group.behaviour)
 
     lags: list[float] = []
 
@@ -157,9 +150,8 @@ async def run_shard(shard: Shard) -> tuple[list, float, float]:
                      None if shard.deadline_s is None else shard.deadline_s - clock())
     finally:
         watcher.cancel()
-    lags.sort()
-    p99 = lags[min(len(lags) - 1, int(0.99 * len(lags)))] * 1e3 if lags else 0.0
-    return records, round(p99, 2), round(margin * 1e3, 1)
+    p99 = percentile(lags, 99)
+    return records, round(p99 * 1e3, 2) if p99 is not None else 0.0, round(margin * 1e3, 1)
 
 
 class Sharding:
@@ -229,8 +221,7 @@ class Sharding:
             raise RuntimeError(f"{scenario.name}: workers planned {counts} clients, this process {len(planned)}")
         measured = [await asyncio.to_thread(self._offset, ray, a) for a in self._actors]
         nodes = await asyncio.to_thread(ray.get, [a.node.remote() for a in self._actors])
-        ports = {g.name: server.proxies[g.name].listen_port if g.name in server.proxies else server.front_port
-                 for g in scenario.groups}
+        ports = {g.name: server.port_for(g.name) for g in scenario.groups}
         start = server.clock() + START_LEAD_S
         shards = [Shard(data, k, self.workers, ports, server.wire, offset, server.base, start, deadline_s)
                   for k, (offset, _) in enumerate(measured)]
