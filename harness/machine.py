@@ -40,7 +40,9 @@ MAX_AGE_S = 3600.0
 # the simulation (harness.calibrate.fit_per_request), not as a burst's head span over its heads.
 # 3: a byte's cost split into the server's write and the client's read (harness.calibrate.fit_bytes);
 # 4: the read does not wait for the server's queued work (harness.simulation.ServerCore.share);
-# 5: a refused request's own core time (refused_request_s, from cal_refused).
+# 5: a refused request's own core time (refused_request_s, from cal_refused);
+# 6: the simulation keeps the order of timers due at one moment (harness.clock) and forms a step
+# when the server's core is free (StepClock.free_at), so a lone request's fitted latency moves.
 FIT = 5
 
 
