@@ -1,7 +1,9 @@
 """`python -m benchmarks` (or `scripts/dev bench`): every measurement, its JSON, its plots and
 docs/RESULTS.md. 16.5 minutes on 2 CPU cores here (under 20 is the budget).
 
-  --only overlap,peer   run some sections; the page is rebuilt from every JSON present
+  --only overlap,peer   run some sections; the page is rebuilt from every JSON present, or, where
+                        some section's JSON is missing here, only harness and capacity are
+                        written into the page as it is (benchmarks/page.splice_page)
   --reps N              repetitions where the chapter used three (default 3)
   --page-only           rebuild plots and docs/RESULTS.md from results/benchmarks/*.json
 """
@@ -19,7 +21,7 @@ from rich.console import Console
 from benchmarks.common import machine, read_json, write_json
 
 SECTIONS = ("step", "bound", "overlap", "peer", "prefill", "joiners", "slow_readers", "disconnect", "proxy",
-            "overload", "precision", "soak", "harness")
+            "overload", "precision", "soak", "harness", "capacity")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -36,6 +38,12 @@ def main(argv: list[str] | None = None) -> int:
     console = Console()
     say = console.log
     log_dir = Path(tempfile.mkdtemp(prefix="streamlab-bench-"))
+    from benchmarks.page import ALONE, splice_page, write_page
+
+    missing = [s for s in SECTIONS if (args.page_only or s not in only) and not read_json(s)]
+    if missing and (args.page_only or not set(only) <= set(ALONE)):
+        parser.error(f"no results here for {', '.join(missing)}: run every section (scripts/dev bench), or only "
+                     f"{' and '.join(ALONE)}, which are written into the page as it is")
     timings = read_json("timings") or {}
     if not args.page_only:
         for section in (s for s in SECTIONS if s in only):
@@ -45,9 +53,7 @@ def main(argv: list[str] | None = None) -> int:
             timings[section] = time.perf_counter() - t0
             write_json("timings", timings)
             say(f"{section}: {timings[section]:.0f} s")
-    from benchmarks.page import write_page
-
-    path = write_page()
+    path = splice_page(only) if missing else write_page()
     console.print(f"wrote {path} (sections took {sum(timings.values()) / 60:.1f} min in all; server logs in {log_dir})")
     return 0
 
@@ -110,6 +116,10 @@ def run_section(section: str, reps: int, log_dir: Path, say) -> dict:
 
         return {"leak_300": harness_speed.leak_300(say),
                 "clients": asyncio.run(harness_speed.sustained_clients(log_dir, say))}
+    if section == "capacity":
+        from benchmarks import harness_capacity
+
+        return {**asyncio.run(harness_capacity.run(log_dir, say)), "before": harness_capacity.before()}
     raise ValueError(section)
 
 

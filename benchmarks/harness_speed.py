@@ -1,7 +1,7 @@
 """Harness speed: the 300-stream leak scenario in simulation and live; how many concurrent
 streaming clients one harness process sustains before its own event-loop lag passes 10 ms.
 
-The lag probe is a task that asks to sleep 5 ms and notes how late it wakes. The clients read
+The lag probe (harness.lag) is a task that asks to sleep 5 ms and notes how late it wakes. The clients read
 streams from a real `streamlab serve` (tiny model) in another process on the same 2 cores,
 so the figure is what this harness sustains on this machine, server included.
 """
@@ -12,7 +12,7 @@ import asyncio
 import time
 from pathlib import Path
 
-from harness.trace import percentile
+from harness.lag import LoopLag
 from benchmarks.streams import STREAMLAB, timed_stream
 from harness.live import ServerProcess
 from harness.runner import run_live, simulate
@@ -37,13 +37,6 @@ def leak_300(say) -> dict:
             "live_duration_s": live.duration_s, "streams": len(sim.streams)}
 
 
-async def _lag_probe(stop: asyncio.Event, lags: list[float]) -> None:
-    while not stop.is_set():
-        t0 = time.monotonic()
-        await asyncio.sleep(0.005)
-        lags.append(time.monotonic() - t0 - 0.005)
-
-
 async def sustained_clients(log_dir: Path, say) -> dict:
     rows = []
     server = ServerProcess(["--model", "tiny", "--log-level", "warning", "--max-batch", "256",
@@ -51,19 +44,14 @@ async def sustained_clients(log_dir: Path, say) -> dict:
     async with server:
         for count in COUNTS:
             say(f"harness speed: {count} concurrent clients")
-            lags: list[float] = []
-            stop = asyncio.Event()
-            probe = asyncio.ensure_future(_lag_probe(stop, lags))
             t0 = time.monotonic()
-            streams = await asyncio.gather(*(timed_stream(STREAMLAB, server.port, i, f"Client {i} asks: return the "
-                                                          "number of items.", TOKENS) for i in range(count)),
-                                           return_exceptions=True)
-            stop.set()
-            await probe
+            async with LoopLag(0.005) as lag:
+                streams = await asyncio.gather(*(timed_stream(STREAMLAB, server.port, i, f"Client {i} asks: return "
+                                                              "the number of items.", TOKENS) for i in range(count)),
+                                               return_exceptions=True)
             ok = sum(not isinstance(s, BaseException) for s in streams)
             rows.append({"clients": count, "completed": ok, "wall_s": time.monotonic() - t0,
-                         "lag_p50_ms": percentile(lags, 50) * 1e3, "lag_p99_ms": percentile(lags, 99) * 1e3,
-                         "lag_max_ms": max(lags) * 1e3})
+                         "lag_p50_ms": lag.ms(50), "lag_p99_ms": lag.ms(99), "lag_max_ms": lag.max_ms()})
             await server.settle()
             over = [r["lag_p99_ms"] > LAG_LIMIT_S * 1e3 or r["completed"] < r["clients"] for r in rows]
             if over[-2:] == [True, True]:  # twice over the limit: past what it sustains

@@ -6,7 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from benchmarks import plots
-from benchmarks.sections import overload_section, precision_section, prefill_section, soak_section
+import re
+
+from benchmarks.sections import capacity_section, overload_section, precision_section, prefill_section, soak_section
 from benchmarks.common import DOCS, read_json
 from benchmarks.tables import _ms, _r, _spread, _table
 
@@ -417,9 +419,37 @@ def harness_section(h: dict | None) -> str:
         "![harness lag](results/harness_lag.png)", ""])
 
 
+CLOSING = "## What the numbers do not show"
+# The sections that can be written into the page alone (splice_page), by their JSON's name.
+ALONE = {"harness": harness_section, "capacity": capacity_section}
+
+
+def splice_page(names: list[str]) -> Path:
+    """Write only these sections into docs/RESULTS.md as it is: each replaces its own heading's
+    block, or goes in before the closing section. For a run of some sections where the other
+    sections' JSON is not on this machine (results/ is not committed): rebuilding the page from
+    the JSON present would drop them."""
+    path = DOCS / "RESULTS.md"
+    blocks = re.split(r"(?m)^(?=## )", path.read_text())
+    for name in names:
+        text = ALONE[name](read_json(name))
+        if not text:
+            continue
+        block = text.rstrip("\n") + "\n\n"
+        heading = block.split("\n", 1)[0]
+        at = next((i for i, b in enumerate(blocks) if b.split("\n", 1)[0] == heading), None)
+        if at is None:
+            blocks.insert(next(i for i, b in enumerate(blocks) if b.startswith(CLOSING)), block)
+        else:
+            blocks[at] = block
+    path.write_text("".join(blocks))
+    return path
+
+
 def write_page() -> Path:
     d = {name: read_json(name) for name in ("step", "bound", "overlap", "peer", "prefill", "joiners", "slow_readers",
-                                            "disconnect", "proxy", "overload", "precision", "soak", "harness", "timings")}
+                                            "disconnect", "proxy", "overload", "precision", "soak", "harness", "capacity",
+                                            "timings")}
     m = next((v["machine"] for v in d.values() if v and "machine" in v), {})
     if d["overlap"]:
         plots.overlap(d["overlap"], peers(d), d["bound"])
@@ -443,8 +473,8 @@ def write_page() -> Path:
         overlap_section(d), step_section(d["step"]), prefill_section(d["prefill"]), joiners_section(d["joiners"]),
         slow_section(d["slow_readers"]), disconnect_section(d["disconnect"]), proxy_section(d["proxy"]),
         overload_section(d["overload"]), precision_section(d["precision"]), soak_section(d["soak"]),
-        harness_section(d["harness"]),
-        "## What the numbers do not show", "",
+        harness_section(d["harness"]), capacity_section(d["capacity"]),
+        CLOSING, "",
         "- One small model on one 2-core CPU, float32 (bfloat16 only in its identity table), loopback. Step costs, buffer sizes and delays are this "
         "stack's; a GPU changes the shape (the chapter's 32-stream step cost 1.5x its 1-stream step, here much "
         "more).",

@@ -131,3 +131,39 @@ def precision_section(p: dict | None) -> str:
                 "at fixed boundaries. bfloat16 changes the numbers, not their independence from the batch; "
                 "bfloat16 does not use the paged kernel (float32 only) and takes the gather path.", ""]
     return "\n".join(out)
+
+
+def capacity_rows(c: dict) -> list[list[str]]:
+    return [[str(r["clients"]), str(r["completed"]), f"{r['events_per_s']:,.0f}", f"{r['events_per_s_all_open']:,.0f}",
+             f"{r['ideal_events_per_s']:,.0f}", f"{r['stamp_p50_ms']:.2f} / {r['stamp_p99_ms']:.2f} / {r['stamp_max_ms']:.1f}",
+             f"{r['multi_event_reads'] * 100:.0f}%", f"{r['lag_p50_ms']:.1f} / {r['lag_p99_ms']:.1f}"] for r in c["rows"]]
+
+
+CAPACITY_HEAD = ["clients", "completed", "events/s (run)", "events/s (all open)", "events/s the server offered",
+                 "event recorded after arrival p50 / p99 / max ms", "reads with >1 event", "loop lag p50 / p99 ms"]
+
+
+def capacity_section(c: dict | None) -> str:
+    """benchmarks/harness_capacity.py; `before`: the same benchmark's JSON from the code before
+    the harness's read path was made cheaper (benchmarks/capacity_before.json), if present."""
+    if not c:
+        return ""
+    before = c.get("before")
+    lines = [
+        "## Harness capacity against the null server", "",
+        f"One harness process's reader clients (the scenario harness's own: plan, launch, raw sockets, h11, the SSE "
+        f"parser) against `streamlab serve --model null --null-step-ms {c['step_ms']:g}` in another process on the "
+        f"same 2 cores: each client reads {c['tokens']} tokens, one event per stream per step, arrivals spread over "
+        f"{c['arrival_s']:g} s. *Recorded after arrival*: every {c['sample_every']}th client's socket has "
+        "SO_TIMESTAMPNS, so the kernel stamps each segment as it lands in the receive queue; a client records an "
+        "event's time as its read returns, and the figure is that wall-clock moment less the stamp of the read's last "
+        "segment (a read that took several events was later than that for its earlier ones: their share is beside "
+        f"it). *Events/s (all open)*: from the last arrival to the first stream's end. It sustains "
+        f"**{c['sustained_clients']}** clients with the recorded-after-arrival p99 at or under "
+        f"{c['stamp_limit_ms']:g} ms and every stream complete (the largest count below the first over).", "",
+        _table(CAPACITY_HEAD, capacity_rows(c)), ""]
+    if before:
+        lines += [f"Before the read path was made cheaper ({before['code']}, the same benchmark on this machine the "
+                  f"same day): **{before['sustained_clients']}** clients.", "",
+                  _table(CAPACITY_HEAD, capacity_rows(before)), ""]
+    return "\n".join(lines)

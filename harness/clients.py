@@ -105,16 +105,21 @@ class Client:
             self.note(await conn.read_events(1, READ_DEADLINE_S))
 
 
-def raw_opener(port: int, behaviour) -> Opener:
+def raw_opener(port: int, behaviour, stamped: list | None = None) -> Opener:
     """HTTP/1.1 to 127.0.0.1:port, as a client of this behaviour connects (a sleeper with its own
-    receive buffer). The live server's and a shard worker's clients both open through it."""
+    receive buffer). The live server's and a shard worker's clients both open through it.
+    stamped: a list that takes each exchange opened, stamped (harness.rawhttp; the capacity benchmark)."""
     from harness.behaviours import Sleeper
     from harness.rawhttp import RawExchange
 
     rcvbuf = behaviour.recv_buffer_bytes if isinstance(behaviour, Sleeper) else None
 
     async def opener(path: str, body, headers):
-        return await RawExchange.open("127.0.0.1", port, "POST", path, body, headers=headers, rcvbuf=rcvbuf)
+        exchange = await RawExchange.open("127.0.0.1", port, "POST", path, body, headers=headers, rcvbuf=rcvbuf,
+                                          stamped=stamped is not None)
+        if stamped is not None:
+            stamped.append(exchange)
+        return exchange
     return opener
 
 

@@ -4,6 +4,8 @@ The caller decides when to read (a reader that stops reading really stops: with 
 receive buffer, backpressure reaches the server), and how to leave: `close_fin()` is an
 orderly close, `close_rst()` closes with SO_LINGER 0 so the kernel sends a reset.
 h11 does the HTTP framing (chunked bodies included); SSE parsing is streamlab.sse.
+A stamped exchange (the capacity benchmark's sample) also reads the kernel's receive time of
+each read's last segment, to measure how late the harness records an event after it arrived.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import asyncio
 import json
 import socket
 import struct
+import time
 from dataclasses import dataclass, field
 
 import h11
@@ -19,6 +22,10 @@ import h11
 from streamlab.sse import SSEEvent, SSEParser
 
 RECV_BYTES = 65536
+# Linux's SO_TIMESTAMPNS (and its control message's type): the kernel stamps each segment with the
+# wall-clock time it landed in the socket's receive queue; a read returns its last segment's stamp.
+SO_TIMESTAMPNS = 35
+STAMP_SPACE = socket.CMSG_SPACE(16)
 
 
 @dataclass
@@ -37,11 +44,15 @@ class RawExchange:
     ended: bool = False  # the server finished the response
     closed: bool = False
     bytes_read: int = 0
+    # Stamped only: per read_events call, (seconds from its last segment's arrival to its return,
+    # events it returned). A client records its events' times as read_events returns.
+    stamps: list[tuple[float, int]] | None = None
+    _arrived: float = 0.0
 
     @classmethod
     async def open(cls, host: str, port: int, method: str, path: str, body: dict | bytes | None = None,
                    headers: dict[str, str] | None = None, rcvbuf: int | None = None,
-                   timeout_s: float = 10.0) -> "RawExchange":
+                   timeout_s: float = 10.0, stamped: bool = False) -> "RawExchange":
         if not host.startswith("127.") and host != "localhost":
             raise ValueError("load and fault tests target loopback only")
         loop = asyncio.get_running_loop()
@@ -49,6 +60,8 @@ class RawExchange:
         sock.setblocking(False)
         if rcvbuf is not None:  # before connect, so the window is small from the handshake on
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+        if stamped:
+            sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
         try:
             await asyncio.wait_for(loop.sock_connect(sock, (host, port)), timeout_s)
         except BaseException:
@@ -67,18 +80,39 @@ class RawExchange:
         except BaseException:  # reset while sending (a proxy's reset_peer toxic, say)
             sock.close()
             raise
-        return cls(sock, conn)
+        return cls(sock, conn, stamps=[] if stamped else None)
 
     async def _next(self, timeout_s: float, max_bytes: int = RECV_BYTES) -> h11.Event | type[h11.NEED_DATA] | None:
         event = self.conn.next_event()
         if event is h11.NEED_DATA:
-            data = await asyncio.wait_for(asyncio.get_running_loop().sock_recv(self.sock, max_bytes), timeout_s)
+            data = await asyncio.wait_for(self._recv(max_bytes), timeout_s)
             self.bytes_read += len(data)
             self.conn.receive_data(data)
             if not data and self.conn.their_state is not h11.DONE:
                 raise ConnectionError("the server closed the connection mid-response")
             return None
         return event
+
+    async def _recv(self, max_bytes: int) -> bytes:
+        loop = asyncio.get_running_loop()
+        if self.stamps is None:
+            return await loop.sock_recv(self.sock, max_bytes)
+        while True:
+            try:
+                data, ancillary, _, _ = self.sock.recvmsg(max_bytes, STAMP_SPACE)
+                break
+            except (BlockingIOError, InterruptedError):
+                ready = loop.create_future()
+                loop.add_reader(self.sock, lambda: ready.done() or ready.set_result(None))
+                try:
+                    await ready
+                finally:
+                    loop.remove_reader(self.sock)
+        for level, kind, raw in ancillary:
+            if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS:
+                seconds, nanoseconds = struct.unpack("qq", raw[:16])
+                self._arrived = seconds + nanoseconds / 1e9
+        return data
 
     async def read_head(self, timeout_s: float = 30.0) -> Head:
         while self.head is None:
@@ -93,6 +127,8 @@ class RawExchange:
         got: list[SSEEvent] = []
         while not self.ended and (count is None or len(got) < count):
             self._take(await self._next(timeout_s), got)
+        if self.stamps is not None and got:
+            self.stamps.append((time.time() - self._arrived, len(got)))
         return got
 
     async def read_chunk(self, max_bytes: int, timeout_s: float = 30.0) -> list[SSEEvent]:

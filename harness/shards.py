@@ -113,7 +113,8 @@ async def run_shard(shard: Shard) -> tuple[list, float, float]:
     runs them); their records, the event loop's p99 lag over the run and how long before T0 the
     clients were ready (negative: late), both in ms."""
     from harness.clients import launch, raw_opener
-    from harness.trace import StreamRecord, percentile
+    from harness.lag import LoopLag
+    from harness.trace import StreamRecord
 
     scenario, planned = _planned(shard.scenario)
     mine = [planned[i] for i in shard_of(planned, shard.index, shard.of)]
@@ -130,28 +131,16 @@ async def run_shard(shard: Shard) -> tuple[list, float, float]:
     def opener_for(pc):
         return raw_opener(shard.ports[pc.group.name], pc.group.behaviour)
 
-    lags: list[float] = []
-
-    async def watch_lag() -> None:
-        while True:
-            t = loop.time()
-            await asyncio.sleep(0.01)
-            lags.append(loop.time() - t - 0.01)
-
-    watcher = loop.create_task(watch_lag())
     capped = scenario.max_clients_at_once
     if capped:  # the cap is the scenario's over all workers: each takes its share
         scenario = scenario.model_copy(update={"max_clients_at_once": max(1, math.ceil(capped / shard.of))})
     margin = shard.start_s - clock()
-    try:
+    async with LoopLag(0.01) as lag:
         # launch counts its deadline from now, past the last arrival, whose time is already on
         # the coordinator's clock: so the deadline is given from this moment.
         await launch(mine, records, scenario, clock, opener_for, None, shard.wire,
                      None if shard.deadline_s is None else shard.deadline_s - clock())
-    finally:
-        watcher.cancel()
-    p99 = percentile(lags, 99)
-    return records, round(p99 * 1e3, 2) if p99 is not None else 0.0, round(margin * 1e3, 1)
+    return records, lag.ms(99), round(margin * 1e3, 1)
 
 
 class Sharding:

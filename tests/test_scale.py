@@ -215,3 +215,46 @@ def test_a_null_model_scenario_that_asks_for_a_simulation_is_refused_naming_the_
     path.write_text('name: null_sim\nserver: {model: null}\ngroups: [{name: g, behaviour: {kind: reader}}]\n')
     with pytest.raises(Exception, match='server.model: .*write model: "null"'):
         load(path)
+
+
+@needs_live
+def test_the_capacity_benchmark_reads_every_stream_and_stamps_its_sample(tmp_path):
+    """The capacity benchmark's clients (the harness's own) read every stream from the null server,
+    and a stamped socket's reads carry how long after the kernel's receive time each was recorded:
+    never negative, and under the 50 ms step (an event recorded a step late is not an arrival time)."""
+    import asyncio
+
+    from benchmarks import harness_capacity
+
+    async def main():
+        async with harness_capacity.ServerProcess(harness_capacity.SERVER, log_dir=tmp_path) as server:
+            return await harness_capacity.one_count(server.port, 32)
+
+    row = asyncio.run(main())
+    assert row["completed"] == 32 and row["failures"] == 0
+    assert row["events"] == 32 * harness_capacity.TOKENS
+    assert row["stamp_reads"] >= 4 * (harness_capacity.TOKENS - 1)  # 4 stamped clients, every event but the first
+    assert 0.0 <= row["stamp_p50_ms"] < harness_capacity.STEP_MS
+
+
+def test_a_section_is_written_into_the_results_page_as_it_is(tmp_path, monkeypatch):
+    """A run of the capacity section alone (the other sections' JSON absent: results/ is not
+    committed) replaces its own block of the page, or adds it before the closing section, and
+    leaves every other section's text as it was."""
+    from benchmarks import page
+
+    monkeypatch.setattr(page, "DOCS", tmp_path)
+    (tmp_path / "RESULTS.md").write_text("# Results\n\n## Harness speed\n\nold\n\n## What the numbers do not show\n\n- x\n")
+    rows = [{"clients": 16, "completed": 16, "events_per_s": 300.0, "events_per_s_all_open": 320.0,
+             "ideal_events_per_s": 320.0, "stamp_p50_ms": 0.1, "stamp_p99_ms": 0.4, "stamp_max_ms": 2.0,
+             "multi_event_reads": 0.0, "lag_p50_ms": 0.1, "lag_p99_ms": 1.0}]
+    first = {"rows": rows, "sustained_clients": 16, "stamp_limit_ms": 1.0, "step_ms": 50, "tokens": 64,
+             "arrival_s": 2, "sample_every": 8}
+    monkeypatch.setattr(page, "read_json", lambda name: first if name == "capacity" else None)
+    page.splice_page(["capacity"])
+    text = (tmp_path / "RESULTS.md").read_text()
+    assert text.index("## Harness speed\n\nold") < text.index("## Harness capacity") < text.index("## What the numbers")
+    monkeypatch.setattr(page, "read_json", lambda name: {**first, "sustained_clients": 8} if name == "capacity" else None)
+    page.splice_page(["capacity"])
+    text = (tmp_path / "RESULTS.md").read_text()
+    assert text.count("## Harness capacity") == 1 and "**8** clients" in text and "old" in text
