@@ -161,7 +161,13 @@ def capacity_section(c: dict | None) -> str:
         f"it). *Events/s (all open)*: from the last arrival to the first stream's end. It sustains "
         f"**{c['sustained_clients']}** clients with the recorded-after-arrival p99 at or under "
         f"{c['stamp_limit_ms']:g} ms and every stream complete (the largest count below the first over).", "",
-        _table(CAPACITY_HEAD, capacity_rows(c)), ""]
+        _table(CAPACITY_HEAD, capacity_rows(c)), "",
+        "How to read it: a step's events reach every stream at once, and one event loop reads that burst one "
+        "socket after another, so an event is recorded later the further down the burst its socket is read: the "
+        "recorded-after-arrival figure grows with the number of streams while the loop's median lag stays under a "
+        "millisecond. *Events/s (all open)* against *offered* is where the process (and the server beside it, on "
+        "the same cores) stops keeping up. Recording the kernel's receive stamp as each event's time would make the "
+        "timestamps exact whatever the burst; that is not built yet (docs/SCALE.md).", ""]
     if before:
         lines += [f"Before the read path was made cheaper ({before['code']}, the same benchmark on this machine the "
                   f"same day): **{before['sustained_clients']}** clients.", "",

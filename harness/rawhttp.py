@@ -85,7 +85,8 @@ class RawExchange:
     async def _next(self, timeout_s: float, max_bytes: int = RECV_BYTES) -> h11.Event | type[h11.NEED_DATA] | None:
         event = self.conn.next_event()
         if event is h11.NEED_DATA:
-            data = await asyncio.wait_for(self._recv(max_bytes), timeout_s)
+            async with asyncio.timeout(timeout_s):  # not wait_for: that makes a task for every read
+                data = await self._recv(max_bytes)
             self.bytes_read += len(data)
             self.conn.receive_data(data)
             if not data and self.conn.their_state is not h11.DONE:

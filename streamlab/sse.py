@@ -111,6 +111,13 @@ class SSEParser:
         events: list[SSEEvent] = []
         start = 0
         buf = self._buffer
+        if "\r" not in buf:  # the common case, LF only: one split instead of a search per line
+            *lines, self._buffer = buf.split("\n")
+            for line in lines:
+                event = self._line(line)
+                if event is not None:
+                    events.append(event)
+            return events
         while True:
             match = _NEWLINE.search(buf, start)
             if match is None:
