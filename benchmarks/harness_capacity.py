@@ -39,9 +39,6 @@ SAMPLE = 8  # every 8th client's socket is stamped
 STAMP_LIMIT_MS = 1.0  # the issue's bound: an event's time within 1 ms of its arrival (p99)
 LAG_LIMIT_MS = 10.0  # the harness speed section's bound on the loop's p99 lag
 RUN_DEADLINE_S = 120.0
-SERVER = ["--model", "null", "--null-step-ms", str(STEP_MS), "--max-batch", "8192", "--cache-blocks", "40000",
-          "--step-token-budget", "0", "--waiting-limit", "16384", "--max-connections", "16384",
-          "--log-level", "warning"]
 
 
 def scenario(count: int) -> Scenario:
@@ -52,6 +49,12 @@ def scenario(count: int) -> Scenario:
         "groups": [{"name": "readers", "count": count, "prompt": {"tokens": [8, 16]},
                     "request": {"max_new_tokens": TOKENS}, "behaviour": {"kind": "reader"},
                     "arrival": {"kind": "uniform", "end_s": ARRIVAL_S}}]})
+
+
+def server_args() -> list[str]:
+    """The null server the scenarios' clients read from, by the one mapping from a scenario's
+    server to `streamlab serve` options (harness.scenario.ServerSpec.serve_args)."""
+    return scenario(1).server.serve_args() + ["--log-level", "warning"]
 
 
 async def one_count(port: int, count: int) -> dict:
@@ -112,7 +115,7 @@ def sustained(rows: list[dict]) -> int:
 
 async def run(log_dir: Path, say, counts: tuple[int, ...] = COUNTS) -> dict:
     rows = []
-    async with ServerProcess(SERVER, log_dir=log_dir) as server:
+    async with ServerProcess(server_args(), log_dir=log_dir) as server:
         for count in counts:
             say(f"harness capacity: {count} concurrent clients")
             t = time.perf_counter()

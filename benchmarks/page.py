@@ -3,11 +3,10 @@ the last run of `python -m benchmarks`; the prose says how to read them, not wha
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from benchmarks import plots
-import re
-
 from benchmarks.sections import capacity_section, overload_section, precision_section, prefill_section, soak_section
 from benchmarks.common import DOCS, read_json
 from benchmarks.tables import _ms, _r, _spread, _table

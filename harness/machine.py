@@ -41,9 +41,9 @@ MAX_AGE_S = 3600.0
 # 3: a byte's cost split into the server's write and the client's read (harness.calibrate.fit_bytes);
 # 4: the read does not wait for the server's queued work (harness.simulation.ServerCore.share);
 # 5: a refused request's own core time (refused_request_s, from cal_refused);
-# 6: the simulation keeps the order of timers due at one moment (harness.clock) and forms a step
-# when the server's core is free (StepClock.free_at), so a lone request's fitted latency moves.
-FIT = 5
+# 6: timers due at one virtual moment run in the order they were set (harness.clock), so a
+# burst's requests reach the simulated core in the order they were sent, as cal_batch_* sends them.
+FIT = 6
 
 
 def fitted_under() -> dict:

@@ -227,7 +227,7 @@ def test_the_capacity_benchmark_reads_every_stream_and_stamps_its_sample(tmp_pat
     from benchmarks import harness_capacity
 
     async def main():
-        async with harness_capacity.ServerProcess(harness_capacity.SERVER, log_dir=tmp_path) as server:
+        async with harness_capacity.ServerProcess(harness_capacity.server_args(), log_dir=tmp_path) as server:
             return await harness_capacity.one_count(server.port, 32)
 
     row = asyncio.run(main())

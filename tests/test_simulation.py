@@ -186,8 +186,6 @@ def test_bytes_written_to_clients_take_the_servers_core():
     assert healthy_p50(dataclasses.replace(free, serving_per_byte_s=5e-8)) > 1.2 * without
 
 
-
-
 def test_timers_due_at_one_moment_run_in_the_order_they_were_set():
     """asyncio orders its timer heap by time alone; the simulation's burst of requests sent at one
     moment must reach the server's core in the order it was sent (harness.clock._OrderedTimer)."""
