@@ -23,6 +23,7 @@ class Connection(Protocol):
     async def read_events(self, count: int | None = None, timeout_s: float = ...) -> list[SSEEvent]: ...
     async def read_chunk(self, max_bytes: int, timeout_s: float = ...) -> list[SSEEvent]: ...
     async def read_json(self, timeout_s: float = ...) -> dict: ...
+    def arrived_ago(self) -> float: ...  # seconds since the last read's bytes arrived
     def close(self, how: str = "fin") -> None: ...
 
 
@@ -44,8 +45,12 @@ class Client:
         self.on_first_token = on_first_token
         self.open_connection: Opener | None = None
 
-    def note(self, events: list[SSEEvent]) -> None:
-        now = self.clock()
+    def note(self, events: list[SSEEvent], conn: Connection) -> None:
+        """Record events at the time their bytes arrived (conn.arrived_ago: the kernel's stamp live,
+        the pipe's arrival in simulation), not when this client's loop got round to reading them."""
+        if not events:
+            return
+        now = self.clock() - conn.arrived_ago()
         for ev in events:
             first = not self.record.token_times
             if self.wire.note(self.record, ev, now) and first and self.on_first_token:
@@ -66,7 +71,7 @@ class Client:
                 conn = await behaviour.read(self, conn, how)
                 return
             head = await conn.read_head(READ_DEADLINE_S)
-            rec.status, rec.head_at = head.status, self.clock()
+            rec.status, rec.head_at = head.status, self.clock() - conn.arrived_ago()
             if head.status != 200:
                 rec.error_type = self.wire.error_type(await self.reply(conn))
                 return
@@ -102,13 +107,14 @@ class Client:
 
     async def read_all(self, conn: Connection) -> None:
         while not conn.ended:
-            self.note(await conn.read_events(1, READ_DEADLINE_S))
+            self.note(await conn.read_events(1, READ_DEADLINE_S), conn)
 
 
-def raw_opener(port: int, behaviour, stamped: list | None = None) -> Opener:
+def raw_opener(port: int, behaviour, sampled: list | None = None) -> Opener:
     """HTTP/1.1 to 127.0.0.1:port, as a client of this behaviour connects (a sleeper with its own
     receive buffer). The live server's and a shard worker's clients both open through it.
-    stamped: a list that takes each exchange opened, stamped (harness.rawhttp; the capacity benchmark)."""
+    sampled: a list that takes each exchange opened, keeping its stamps' bounds (harness.rawhttp;
+    the capacity benchmark)."""
     from harness.behaviours import Sleeper
     from harness.rawhttp import RawExchange
 
@@ -116,9 +122,9 @@ def raw_opener(port: int, behaviour, stamped: list | None = None) -> Opener:
 
     async def opener(path: str, body, headers):
         exchange = await RawExchange.open("127.0.0.1", port, "POST", path, body, headers=headers, rcvbuf=rcvbuf,
-                                          stamped=stamped is not None)
-        if stamped is not None:
-            stamped.append(exchange)
+                                          sampled=sampled is not None)
+        if sampled is not None:
+            sampled.append(exchange)
         return exchange
     return opener
 

@@ -133,6 +133,11 @@ class H2Exchange:
     async def read_json(self, timeout_s: float = 30.0) -> dict:
         return json.loads(await self.read_body(timeout_s))
 
+    def arrived_ago(self) -> float:
+        """0: TLS is read through asyncio's stream, which has no kernel receive stamp, so an event
+        is recorded as it is read (how late that can be: docs/HARNESS.md)."""
+        return 0.0
+
     def close_fin(self) -> None:
         if self.closed:
             return

@@ -43,7 +43,9 @@ MAX_AGE_S = 3600.0
 # 5: a refused request's own core time (refused_request_s, from cal_refused);
 # 6: timers due at one virtual moment run in the order they were set (harness.clock), so a
 # burst's requests reach the simulated core in the order they were sent, as cal_batch_* sends them.
-FIT = 6
+# 7: a client records an event when its bytes arrived (the kernel's receive stamp live, the pipe's
+# arrival in simulation), not when it read them (harness.clients.Client.note).
+FIT = 7
 
 
 def fitted_under() -> dict:

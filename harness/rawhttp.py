@@ -4,8 +4,11 @@ The caller decides when to read (a reader that stops reading really stops: with 
 receive buffer, backpressure reaches the server), and how to leave: `close_fin()` is an
 orderly close, `close_rst()` closes with SO_LINGER 0 so the kernel sends a reset.
 h11 does the HTTP framing (chunked bodies included); SSE parsing is streamlab.sse.
-A stamped exchange (the capacity benchmark's sample) also reads the kernel's receive time of
-each read's last segment, to measure how late the harness records an event after it arrived.
+Every exchange has SO_TIMESTAMPNS on: the kernel stamps each segment as it lands in the receive
+queue, and a read returns its last segment's stamp. A client records an event at that stamp
+(arrived_ago), not when its loop got round to the read, so a busy harness records the time the
+bytes came, not the time it read them. A sampled exchange (the capacity benchmark's) also keeps
+each read's times and bytes, to bound how far that stamp is from each event's own arrival.
 """
 
 from __future__ import annotations
@@ -35,6 +38,18 @@ class Head:
 
 
 @dataclass
+class Read:
+    """One read of a sampled exchange, in wall-clock seconds: when it began, when the read before
+    it began (everything queued then went to that read, so this one's bytes all came later), the
+    kernel's stamp of its last segment, when it returned, and its bytes."""
+    began: float
+    after: float
+    stamp: float
+    returned: float
+    data: bytes
+
+
+@dataclass
 class RawExchange:
     sock: socket.socket
     conn: h11.Connection
@@ -44,15 +59,14 @@ class RawExchange:
     ended: bool = False  # the server finished the response
     closed: bool = False
     bytes_read: int = 0
-    # Stamped only: per read_events call, (seconds from its last segment's arrival to its return,
-    # events it returned). A client records its events' times as read_events returns.
-    stamps: list[tuple[float, int]] | None = None
-    _arrived: float = 0.0
+    stamps: list["Read"] | None = None  # sampled only: every read that got bytes
+    _arrived: float = 0.0  # the kernel's stamp (wall clock) of the last read's last segment
+    _read_from: float = 0.0  # wall clock as the last read that got bytes began
 
     @classmethod
     async def open(cls, host: str, port: int, method: str, path: str, body: dict | bytes | None = None,
                    headers: dict[str, str] | None = None, rcvbuf: int | None = None,
-                   timeout_s: float = 10.0, stamped: bool = False) -> "RawExchange":
+                   timeout_s: float = 10.0, sampled: bool = False) -> "RawExchange":
         if not host.startswith("127.") and host != "localhost":
             raise ValueError("load and fault tests target loopback only")
         loop = asyncio.get_running_loop()
@@ -60,8 +74,7 @@ class RawExchange:
         sock.setblocking(False)
         if rcvbuf is not None:  # before connect, so the window is small from the handshake on
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
-        if stamped:
-            sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+        sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
         try:
             await asyncio.wait_for(loop.sock_connect(sock, (host, port)), timeout_s)
         except BaseException:
@@ -80,7 +93,7 @@ class RawExchange:
         except BaseException:  # reset while sending (a proxy's reset_peer toxic, say)
             sock.close()
             raise
-        return cls(sock, conn, stamps=[] if stamped else None)
+        return cls(sock, conn, stamps=[] if sampled else None)
 
     async def _next(self, timeout_s: float, max_bytes: int = RECV_BYTES) -> h11.Event | type[h11.NEED_DATA] | None:
         event = self.conn.next_event()
@@ -96,9 +109,8 @@ class RawExchange:
 
     async def _recv(self, max_bytes: int) -> bytes:
         loop = asyncio.get_running_loop()
-        if self.stamps is None:
-            return await loop.sock_recv(self.sock, max_bytes)
         while True:
+            began = time.time()
             try:
                 data, ancillary, _, _ = self.sock.recvmsg(max_bytes, STAMP_SPACE)
                 break
@@ -109,11 +121,19 @@ class RawExchange:
                     await ready
                 finally:
                     loop.remove_reader(self.sock)
+        stamp = 0.0
         for level, kind, raw in ancillary:
             if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS:
                 seconds, nanoseconds = struct.unpack("qq", raw[:16])
-                self._arrived = seconds + nanoseconds / 1e9
+                stamp = seconds + nanoseconds / 1e9
+        if self.stamps is not None and data:
+            self.stamps.append(Read(began, self._read_from, stamp, time.time(), data))
+        self._arrived, self._read_from = stamp, began
         return data
+
+    def arrived_ago(self) -> float:
+        """Seconds since the bytes of the last read arrived (the kernel's stamp; 0 if it gave none)."""
+        return max(0.0, time.time() - self._arrived) if self._arrived else 0.0
 
     async def read_head(self, timeout_s: float = 30.0) -> Head:
         while self.head is None:
@@ -128,8 +148,6 @@ class RawExchange:
         got: list[SSEEvent] = []
         while not self.ended and (count is None or len(got) < count):
             self._take(await self._next(timeout_s), got)
-        if self.stamps is not None and got:
-            self.stamps.append((time.time() - self._arrived, len(got)))
         return got
 
     async def read_chunk(self, max_bytes: int, timeout_s: float = 30.0) -> list[SSEEvent]:

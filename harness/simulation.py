@@ -52,6 +52,7 @@ class SimPipe:
         self.space = asyncio.Event()
         self.arrived = asyncio.Event()
         self.eof_at: float | None = None
+        self.last_arrival = 0.0  # when the last read's last bytes arrived (a kernel's receive stamp, live)
 
     def _now(self) -> float:
         return asyncio.get_running_loop().time()
@@ -84,6 +85,7 @@ class SimPipe:
                 out = bytearray()
                 while self.chunks and self.chunks[0][0] <= now and len(out) < max_bytes:
                     arrival, data = self.chunks.popleft()
+                    self.last_arrival = arrival
                     take = data[:max_bytes - len(out)]
                     out += take
                     if len(take) < len(data):
@@ -92,6 +94,7 @@ class SimPipe:
                 self.space.set()
                 return bytes(out)
             if not self.chunks and self.eof_at is not None and self.eof_at <= now:
+                self.last_arrival = self.eof_at
                 return b""
             self.arrived.clear()
             await self.arrived.wait()
@@ -120,6 +123,7 @@ class SimConnection:
         self.server_idle = server_idle
         self.gone = asyncio.Event()
         self.head: Head | None = None
+        self.head_at = 0.0  # loop time the head arrived
         self.head_ready = asyncio.Event()
         self.parser = SSEParser()
         self.body = bytearray()
@@ -155,7 +159,7 @@ class SimConnection:
         await app(http_scope(method, path, headers, state), request_receive(body, self.gone), send)
 
     def _deliver_head(self, head: Head) -> None:
-        self.head = head
+        self.head, self.head_at = head, asyncio.get_running_loop().time()
         self.head_ready.set()
 
     # ---- the client's side (harness.clients.Connection) ----
@@ -186,6 +190,12 @@ class SimConnection:
         while not self.ended:
             await self.read_chunk(65536, timeout_s)
         return json.loads(self.body)
+
+    def arrived_ago(self) -> float:
+        """As a live socket's kernel stamp: since the last read's last bytes arrived (the head's
+        delivery before any body was read), not since this client got round to reading them."""
+        arrived = self.pipe.last_arrival if self.bytes_read or self.ended else self.head_at
+        return max(0.0, asyncio.get_running_loop().time() - arrived)
 
     def close(self, how: str = "fin") -> None:
         if self.close_how is None:

@@ -74,7 +74,7 @@ class TargetWatch:
                 return record, False
             while not ex.ended and time.monotonic() < record.sent_at + deadline_s:
                 for ev in await ex.read_events(1, timeout_s=deadline_s):
-                    wire.note(record, ev, time.monotonic())
+                    wire.note(record, ev, time.monotonic() - ex.arrived_ago())
             complete = ex.ended
         except (OSError, asyncio.TimeoutError, ValueError):
             pass

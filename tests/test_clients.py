@@ -82,3 +82,75 @@ def test_joiners_of_a_group_that_never_made_a_token_go_when_it_ends():
     refused_end = max(r.head_at for r in trace.group("refused"))  # its answer: a 400
     assert all(not r.token_times for r in trace.group("refused"))
     assert all(j.sent_at >= refused_end and j.finish == "length" for j in trace.group("joiners"))
+
+
+def test_a_live_event_is_recorded_when_its_bytes_arrived_not_when_a_busy_loop_read_them():
+    """A server thread writes a stream's events 60 ms apart, stalling the client's event loop for
+    30 ms just before each write (a harness too busy to read at once): each event is still
+    recorded at its bytes' arrival (the kernel's receive stamp), within 2 ms of the write, though
+    it was read 20 ms or more after it. Recording at read time fails this. (Events that pile up
+    in one socket longer than the gap between them share the later one's stamp: the kernel
+    stamps a receive queue's merged segments with the last; docs/HARNESS.md.)"""
+    import json
+    import socket
+    import threading
+    import time
+
+    from harness.clients import raw_opener
+
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    written: list[float] = []
+    read_at: list[float] = []
+    loop_box: list[asyncio.AbstractEventLoop] = []
+
+    def chunk(event: str, data: dict) -> bytes:
+        body = f"event: {event}\ndata: {json.dumps(data)}\n\n".encode()
+        return b"%x\r\n%s\r\n" % (len(body), body)
+
+    def serve() -> None:
+        conn, _ = listener.accept()
+        with conn:
+            conn.recv(65536)
+            conn.sendall(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n")
+            conn.sendall(chunk("start", {"id": "r", "prompt_tokens": 1}))
+            for i in range(4):
+                time.sleep(0.06)
+                loop_box[0].call_soon_threadsafe(time.sleep, 0.03)  # the client's loop is busy...
+                time.sleep(0.005)
+                conn.sendall(chunk("token", {"token_id": i, "text": "x"}))  # ...as this arrives
+                written.append(time.monotonic())
+            conn.sendall(chunk("done", {"finish_reason": "length"}) + b"0\r\n\r\n")
+            conn.recv(1)  # until the client closes
+
+    thread = threading.Thread(target=serve, daemon=True)
+    spec = GroupSpec.model_validate(group("readers", {"kind": "reader"}, count=1))
+    record = StreamRecord("readers", 0, "reader", "p", {})
+
+    async def main() -> None:
+        loop_box.append(asyncio.get_running_loop())
+        thread.start()
+        opener = raw_opener(port, spec.behaviour)
+
+        async def timed_opener(path, body, headers):
+            ex = await opener(path, body, headers)
+            read_events = ex.read_events
+
+            async def read_and_time(*a, **kw):
+                got = await read_events(*a, **kw)
+                read_at.extend(time.monotonic() for ev in got if ev.event == "token")
+                return got
+            ex.read_events = read_and_time
+            return ex
+        await Client(spec, record, random.Random(1), time.monotonic).run(timed_opener, 8)
+
+    try:
+        asyncio.run(main())
+    finally:
+        listener.close()
+        thread.join(5)
+    assert record.finish == "length" and len(record.token_times) == len(written) == len(read_at) == 4
+    recorded_late = [got - wrote for got, wrote in zip(record.token_times, written)]
+    read_late = [got - wrote for got, wrote in zip(read_at, written)]
+    assert all(-0.002 <= d <= 0.002 for d in recorded_late), recorded_late
+    assert all(d >= 0.02 for d in read_late), read_late  # the reads themselves were late

@@ -30,7 +30,7 @@ class Dropper(BehaviourModel):
         rec = client.record
         if self.while_waiting:
             while rec.start_at is None and not conn.ended:
-                client.note(await conn.read_events(1, READ_DEADLINE_S))
+                client.note(await conn.read_events(1, READ_DEADLINE_S), conn)
         elif self.after_s is not None:
             try:
                 await asyncio.wait_for(client.read_all(conn), self.after_s)
@@ -40,7 +40,7 @@ class Dropper(BehaviourModel):
             after = self.after_tokens
             limit = client.rng.randint(*after) if isinstance(after, tuple) else after
             while len(rec.token_times) < limit and not conn.ended:
-                client.note(await conn.read_events(1, READ_DEADLINE_S))
+                client.note(await conn.read_events(1, READ_DEADLINE_S), conn)
                 if self.read_pause_s and len(rec.token_times) < limit:
                     await asyncio.sleep(self.read_pause_s)
         if not conn.ended or rec.finish is None:

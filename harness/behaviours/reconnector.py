@@ -31,7 +31,7 @@ class Reconnector(BehaviourModel):
             start = len(rec.token_times)
             try:
                 while not conn.ended and (limit is None or len(rec.token_times) - start < limit):
-                    client.note(await conn.read_events(1, READ_DEADLINE_S))
+                    client.note(await conn.read_events(1, READ_DEADLINE_S), conn)
             except (OSError, ConnectionError, asyncio.IncompleteReadError):
                 if left == 0:
                     raise

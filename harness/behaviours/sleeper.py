@@ -19,7 +19,7 @@ class Sleeper(BehaviourModel):
 
     async def read(self, client, conn, how):
         while not conn.ended:
-            client.note(await conn.read_chunk(self.read_bytes, READ_DEADLINE_S))
+            client.note(await conn.read_chunk(self.read_bytes, READ_DEADLINE_S), conn)
             if not conn.ended:
                 await asyncio.sleep(self.sleep_s)
         return conn
