@@ -5,6 +5,7 @@ late, so its percentiles say how far behind the loop runs. One probe for a shard
 from __future__ import annotations
 
 import asyncio
+import time
 
 from harness.trace import percentile
 
@@ -18,11 +19,10 @@ class LoopLag:
         self._task: asyncio.Task | None = None
 
     async def _watch(self) -> None:
-        loop = asyncio.get_running_loop()
         while True:
-            t = loop.time()
+            t = time.monotonic()  # not loop.time(): uvloop's counts whole ms (harness.loops)
             await asyncio.sleep(self.period_s)
-            self.lags.append(loop.time() - t - self.period_s)
+            self.lags.append(time.monotonic() - t - self.period_s)
 
     async def __aenter__(self) -> "LoopLag":
         self._task = asyncio.get_running_loop().create_task(self._watch())

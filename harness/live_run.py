@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import gc
+import time
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -19,6 +20,7 @@ from harness.trace import ServerBooks
 from harness.faults import ToxiproxyClient, ProxyHandle, ToxiproxyServer, find_binary
 from harness.clients import raw_opener
 from harness.live import RunningServer, ServerProcess, target_process
+from harness.loops import run_live
 from harness.nginx import Nginx, ensure_certificate, nginx_unavailable
 from harness.plan import PlannedClient
 from harness.profile import load_profile
@@ -86,12 +88,12 @@ class LiveServer:
         self.front_port = front_port or endpoint.port  # where clients connect: nginx, or the server itself
         self.proxy = proxy
         self.loop = asyncio.get_running_loop()
-        self.base = self.loop.time()
+        self.base = time.monotonic()
         self.books: ServerBooks | None = None  # what collect() saw; the shutdown adds its own findings
         self.watch = TargetWatch(self) if not target.default else None
 
     def clock(self) -> float:
-        return self.loop.time() - self.base
+        return time.monotonic() - self.base  # not loop.time(): uvloop's counts whole ms (harness.loops)
 
     def port_for(self, group: str) -> int:
         """Where a group's clients connect: its Toxiproxy listener, or the front (nginx, or the server)."""
@@ -232,7 +234,7 @@ class LiveBackend:
         gc.collect()
         gc.disable()
         try:
-            return asyncio.run(asyncio.wait_for(main, RUN_DEADLINE_S))
+            return run_live(asyncio.wait_for(main, RUN_DEADLINE_S))
         finally:
             gc.enable()
 
@@ -278,7 +280,7 @@ class LiveBackend:
                                 scenario.server.model if self.target.own_server else None)
             if server.watch is not None:
                 await server.watch.begin(scenario)  # the capacity probe, then the gauge poller
-            server.base = loop.time()  # the run's clock starts now
+            server.base = time.monotonic()  # the run's clock starts now
             for g in scenario.groups:
                 for down in (g.network.down if g.network and g.name in proxies else []):
                     toggles.append(loop.create_task(_toggle(faults, proxies[g.name], down.at_s, down.for_s)))

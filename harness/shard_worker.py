@@ -9,6 +9,8 @@ import time
 
 import ray
 
+from harness.loops import run_live
+
 
 @ray.remote
 class ShardWorker:
@@ -25,6 +27,6 @@ class ShardWorker:
         gc.collect()  # as a single process does (harness.live_run): no collection mid-run
         gc.disable()
         try:
-            return asyncio.run(job(shard))
+            return run_live(job(shard))
         finally:
             gc.enable()

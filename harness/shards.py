@@ -123,10 +123,9 @@ async def run_shard(shard: Shard) -> tuple[list, float, float]:
     mine = [pc if isinstance(pc.group.arrival, JoinWhile) else dataclasses.replace(pc, at_s=pc.at_s + shard.start_s)
             for pc in mine]
     records = [StreamRecord(pc.group.name, pc.index, pc.group.behaviour.kind, pc.prompt, pc.request) for pc in mine]
-    loop = asyncio.get_running_loop()
 
     def clock() -> float:  # the coordinator's run clock, read through this worker's offset
-        return loop.time() - shard.offset_s - shard.base_s
+        return time.monotonic() - shard.offset_s - shard.base_s  # harness.loops: not uvloop's ms
 
     def opener_for(pc):
         return raw_opener(shard.ports[pc.group.name], pc.group.behaviour)
