@@ -53,6 +53,10 @@ class SimPipe:
         self.arrived = asyncio.Event()
         self.eof_at: float | None = None
         self.last_arrival = 0.0  # when the last read's last bytes arrived (a kernel's receive stamp, live)
+        # After a read the receive buffer's window limited, the bytes left behind it were still the
+        # sender's: they reach the client's socket only as that read frees room (a live socket's
+        # stamp on them is after that read), however early the link delivered them here.
+        self.held_until = 0.0
 
     def _now(self) -> float:
         return asyncio.get_running_loop().time()
@@ -78,6 +82,7 @@ class SimPipe:
 
     async def read(self, max_bytes: int) -> bytes:
         """At least one byte that has arrived, up to max_bytes and the read window; b"" at end of stream."""
+        window_limits = self.read_window is not None and self.read_window < max_bytes
         max_bytes = min(max_bytes, self.read_window or max_bytes)
         while True:
             now = self._now()
@@ -85,16 +90,18 @@ class SimPipe:
                 out = bytearray()
                 while self.chunks and self.chunks[0][0] <= now and len(out) < max_bytes:
                     arrival, data = self.chunks.popleft()
-                    self.last_arrival = arrival
+                    self.last_arrival = max(arrival, self.held_until)
                     take = data[:max_bytes - len(out)]
                     out += take
                     if len(take) < len(data):
                         self.chunks.appendleft((arrival, data[len(take):]))
+                left_behind = window_limits and len(out) >= max_bytes and self.chunks and self.chunks[0][0] <= now
+                self.held_until = now + self.latency_s if left_behind else 0.0
                 self.buffered -= len(out)
                 self.space.set()
                 return bytes(out)
             if not self.chunks and self.eof_at is not None and self.eof_at <= now:
-                self.last_arrival = self.eof_at
+                self.last_arrival = max(self.eof_at, self.held_until)
                 return b""
             self.arrived.clear()
             await self.arrived.wait()
