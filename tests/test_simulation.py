@@ -139,6 +139,27 @@ def test_a_read_takes_at_most_what_the_receive_window_holds():
     run_virtual(main())
 
 
+
+def test_bytes_behind_a_window_limited_read_are_dated_from_that_read():
+    """The bytes a full receive window held back were still the sender's: a live socket stamps
+    them as the read makes room, so the pipe dates them no earlier than the read that left them
+    (not when the link delivered the whole write); a read the window did not limit leaves none."""
+    async def main():
+        loop = asyncio.get_running_loop()
+        pipe, gone = SimPipe(capacity=1 << 20, latency_s=0.0, rate_bytes_per_s=None, read_window=1000), asyncio.Event()
+        await pipe.write(b"a" * 2500, gone)  # all delivered at 0
+        dated = []
+        for _ in range(3):
+            await asyncio.sleep(0.2)
+            await pipe.read(1 << 20)
+            dated.append(round(pipe.last_arrival, 3))
+        assert dated == [0.0, 0.2, 0.4]  # each read's bytes: when the read before it made room
+        await pipe.write(b"b" * 10, gone)
+        await asyncio.sleep(0.2)
+        await pipe.read(1 << 20)
+        assert pipe.last_arrival == pytest.approx(loop.time() - 0.2)  # the window was not full: the write's own
+    run_virtual(main())
+
 def test_the_profile_interpolates_serving_cost_and_the_read_window():
     profile = StepCostProfile("t", [[1, 0.001], [32, 0.002]], 0.0, 0.0, serving_s=[[0, 0.0], [8, 0.0008], [32, 0.0020]],
                               read_window_bytes=[[16384, 24576], [65536, 94826]])
