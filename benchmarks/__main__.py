@@ -119,7 +119,7 @@ def run_section(section: str, reps: int, log_dir: Path, say) -> dict:
     if section == "capacity":
         from benchmarks import harness_capacity
 
-        return {**asyncio.run(harness_capacity.run(log_dir, say)), "before": harness_capacity.before()}
+        return {**harness_capacity.run(log_dir, say), "before": harness_capacity.before()}
     raise ValueError(section)
 
 

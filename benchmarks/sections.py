@@ -133,43 +133,65 @@ def precision_section(p: dict | None) -> str:
     return "\n".join(out)
 
 
-def capacity_rows(c: dict) -> list[list[str]]:
-    return [[str(r["clients"]), str(r["completed"]), f"{r['events_per_s']:,.0f}", f"{r['events_per_s_all_open']:,.0f}",
-             f"{r['ideal_events_per_s']:,.0f}", f"{r['stamp_p50_ms']:.2f} / {r['stamp_p99_ms']:.2f} / {r['stamp_max_ms']:.1f}",
-             f"{r['multi_event_reads'] * 100:.0f}%", f"{r['lag_p50_ms']:.1f} / {r['lag_p99_ms']:.1f}"] for r in c["rows"]]
+def capacity_rows(rows: list[dict]) -> list[list[str]]:
+    return [[str(r["clients"]), str(r["completed"]), f"{r['events_per_s_all_open']:,.0f} / {r['ideal_events_per_s']:,.0f}",
+             f"{r['error_p50_ms']:.2f} / {r['error_p99_ms']:.2f} / {r['error_max_ms']:.1f}",
+             f"{r['events_over_1ms'] * 100:.1f}%", f"{r['read_late_p50_ms']:.1f} / {r['read_late_p99_ms']:.1f}",
+             f"{r['multi_event_reads'] * 100:.1f}%", f"{r['lag_p50_ms']:.1f} / {r['lag_p99_ms']:.1f}",
+             f"{r['harness_cpu_us_per_event']:.0f} / {r['server_cpu_us_per_event']:.0f}"] for r in rows]
 
 
-CAPACITY_HEAD = ["clients", "completed", "events/s (run)", "events/s (all open)", "events/s the server offered",
-                 "event recorded after arrival p50 / p99 / max ms", "reads with >1 event", "loop lag p50 / p99 ms"]
+CAPACITY_HEAD = ["clients", "completed", "events/s all open / offered", "event time after arrival, at most: p50 / p99 / max ms",
+                 "events over 1 ms", "read after arrival p50 / p99 ms", "reads with >1 event", "loop lag p50 / p99 ms",
+                 "CPU µs per event: harness / server"]
+
+
+def capacity_before_rows(rows: list[dict]) -> list[list[str]]:
+    return [[str(r["clients"]), str(r["completed"]), f"{r['events_per_s_all_open']:,.0f} / {r['ideal_events_per_s']:,.0f}",
+             f"{r['stamp_p50_ms']:.2f} / {r['stamp_p99_ms']:.2f} / {r['stamp_max_ms']:.1f}",
+             f"{r['lag_p50_ms']:.1f} / {r['lag_p99_ms']:.1f}"] for r in rows]
+
+
+CAPACITY_BEFORE_HEAD = ["clients", "completed", "events/s all open / offered",
+                        "event time after arrival p50 / p99 / max ms", "loop lag p50 / p99 ms"]
 
 
 def capacity_section(c: dict | None) -> str:
-    """benchmarks/harness_capacity.py; `before`: the same benchmark's JSON from the code before
-    the harness's read path was made cheaper (benchmarks/capacity_before.json), if present."""
-    if not c:
+    """benchmarks/harness_capacity.py, a table per event loop; `before`: the same benchmark's JSON
+    from the code before (benchmarks/capacity_before.json), if present."""
+    if not c or "loops" not in c:
         return ""
     before = c.get("before")
+    loops = c["loops"]
     lines = [
         "## Harness capacity against the null server", "",
         f"One harness process's reader clients (the scenario harness's own: plan, launch, raw sockets, h11, the SSE "
         f"parser) against `streamlab serve --model null --null-step-ms {c['step_ms']:g}` in another process on the "
         f"same 2 cores: each client reads {c['tokens']} tokens, one event per stream per step, arrivals spread over "
-        f"{c['arrival_s']:g} s. *Recorded after arrival*: every {c['sample_every']}th client's socket has "
-        "SO_TIMESTAMPNS, so the kernel stamps each segment as it lands in the receive queue; a client records an "
-        "event's time as its read returns, and the figure is that wall-clock moment less the stamp of the read's last "
-        "segment (a read that took several events was later than that for its earlier ones: their share is beside "
-        f"it). *Events/s (all open)*: from the last arrival to the first stream's end. It sustains "
-        f"**{c['sustained_clients']}** clients with the recorded-after-arrival p99 at or under "
-        f"{c['stamp_limit_ms']:g} ms and every stream complete (the largest count below the first over).", "",
-        _table(CAPACITY_HEAD, capacity_rows(c)), "",
-        "How to read it: a step's events reach every stream at once, and one event loop reads that burst one "
-        "socket after another, so an event is recorded later the further down the burst its socket is read: the "
-        "recorded-after-arrival figure grows with the number of streams while the loop's median lag stays under a "
-        "millisecond. *Events/s (all open)* against *offered* is where the process (and the server beside it, on "
-        "the same cores) stops keeping up. Recording the kernel's receive stamp as each event's time would make the "
-        "timestamps exact whatever the burst; that is not built yet (docs/SCALE.md).", ""]
+        f"{c['arrival_s']:g} s. A client records an event at the kernel's receive stamp of the read that brought it "
+        "(SO_TIMESTAMPNS), not when its loop got round to the read. *Event time after arrival, at most*: every "
+        f"{c['sample_every']}th client keeps its reads, and each token's error is bounded from them: 0 where the read "
+        "took that one event alone (its own segment's stamp); otherwise the stamp less the later of the previous "
+        "read's start (which emptied the queue) and the server's wall clock as it wrote the event (the null model's "
+        "`written_at`). *Read after arrival*: how late the loop got round to the read. *Events/s (all open)*: from "
+        "the last arrival to the first stream's end. *CPU µs per event*: each process's CPU time over the events "
+        "read (the server's from /proc). " + "; ".join(
+            f"{'With' if i == 0 else 'with'} {name}'s loop it sustains **{got['sustained_clients']}** clients"
+            for i, (name, got) in enumerate(loops.items()))
+        + f", with that bound's p99 at or under {c['stamp_limit_ms']:g} ms and every stream complete (the largest "
+        "count below the first over).", ""]
+    for name, got in loops.items():
+        lines += [f"{name}:", "", _table(CAPACITY_HEAD, capacity_rows(got["rows"])), ""]
+    lines += [
+        "How to read it: the stamp is exact while the loop reads each socket before that stream's next event "
+        "arrives (one step later); a loop further behind than that reads two events at once, and the earlier one "
+        "takes the later one's stamp (the kernel stamps a queue's merged segments with the last). So the error "
+        "stays near zero until *read after arrival* nears the step, then jumps; *events/s all open* below *offered* "
+        "is where this process and the server beside it (on the same cores) stop keeping up. The harness's CPU per "
+        "event says what one core of harness carries with the server elsewhere (docs/SCALE.md).", ""]
     if before:
-        lines += [f"Before the read path was made cheaper ({before['code']}, the same benchmark on this machine the "
-                  f"same day): **{before['sustained_clients']}** clients.", "",
-                  _table(CAPACITY_HEAD, capacity_rows(before)), ""]
+        lines += [f"Before ({before['code']}: each event recorded as its read returned, asyncio's loop, the read path "
+                  f"before it was made cheaper; the same benchmark on this machine), the error was how late the read "
+                  f"returned: **{before['sustained_clients']}** clients.", "",
+                  _table(CAPACITY_BEFORE_HEAD, capacity_before_rows(before["rows"])), ""]
     return "\n".join(lines)

@@ -106,8 +106,8 @@ def create_app(config: ServiceConfig = ServiceConfig(), loaded: LoadedModel | No
         try:
             if req.response_class == "write_only":
                 return WriteOnlyStreamingResponse(hub, s, sse_body(hub, s, config.keepalive_s, req.pad_bytes))
-            return HubStreamingResponse(hub, s, sse_body(hub, s, config.keepalive_s, req.pad_bytes, (), retry_ms),
-                                        resumable=resume.on)
+            return HubStreamingResponse(hub, s, sse_body(hub, s, config.keepalive_s, req.pad_bytes, (), retry_ms,
+                                                         written_at=config.model == "null"), resumable=resume.on)
         except BaseException:
             hub.close(s, "internal_error")
             raise

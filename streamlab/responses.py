@@ -15,6 +15,7 @@ response never learns. WriteOnlyStreamingResponse is exactly that path, for the 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator, Callable
 
 from starlette.responses import Response, StreamingResponse
@@ -29,15 +30,19 @@ KEEPALIVE = encode_comment("keep-alive") + b"\n"
 
 
 async def sse_body(hub: Hub, stream: Stream, keepalive_s: float, padding: int, replay: list[StreamEvent] = (),
-                   retry_ms: int | None = None) -> AsyncIterator[bytes]:
+                   retry_ms: int | None = None, written_at: bool = False) -> AsyncIterator[bytes]:
     """Events are formatted as they are written, so a queue holds small records, not bytes. Each
     id is "<request id>:<n>", what a reconnect sends back as Last-Event-ID; a resumable stream's
-    first event on each connection carries `retry:`, how long a browser waits to reconnect."""
+    first event on each connection carries `retry:`, how long a browser waits to reconnect.
+    written_at (the null model's streams): each token also carries the server's wall clock as it
+    is formatted, just before the write, so a harness on the same machine can bound how far its
+    recorded times are from the bytes' arrival (benchmarks/harness_capacity.py)."""
     async for event in hub.events(stream, keepalive_s, replay):
         if event is None:
             yield KEEPALIVE
             continue
-        data = encode_json_event(event.kind, event.payload, f"{stream.request_id}:{event.id}",
+        payload = {**event.payload, "written_at": time.time()} if written_at and event.kind == "token" else event.payload
+        data = encode_json_event(event.kind, payload, f"{stream.request_id}:{event.id}",
                                  padding if event.kind == "token" else 0, retry_ms)
         hub.books.bytes_out += len(data)
         yield data

@@ -218,23 +218,43 @@ def test_a_null_model_scenario_that_asks_for_a_simulation_is_refused_naming_the_
 
 
 @needs_live
-def test_the_capacity_benchmark_reads_every_stream_and_stamps_its_sample(tmp_path):
+def test_the_capacity_benchmark_reads_every_stream_and_bounds_its_samples_error(tmp_path):
     """The capacity benchmark's clients (the harness's own) read every stream from the null server,
-    and a stamped socket's reads carry how long after the kernel's receive time each was recorded:
-    never negative, and under the 50 ms step (an event recorded a step late is not an arrival time)."""
-    import asyncio
-
+    on asyncio's loop and the live harness's (harness.loops). At 32 streams the loop keeps up, so
+    every sampled token's recorded time is within the 1 ms bound of its arrival; no read's kernel
+    stamp is earlier than the server's clock as it wrote the event (a stamp in another clock, or
+    a recorded time not taken from the stamp, would be)."""
     from benchmarks import harness_capacity
+    from harness.loops import live_loop_factory, run_live
 
     async def main():
         async with harness_capacity.ServerProcess(harness_capacity.server_args(), log_dir=tmp_path) as server:
-            return await harness_capacity.one_count(server.port, 32)
+            return await harness_capacity.one_count(server.port, 32, server.proc.pid)
 
-    row = asyncio.run(main())
-    assert row["completed"] == 32 and row["failures"] == 0
-    assert row["events"] == 32 * harness_capacity.TOKENS
-    assert row["stamp_reads"] >= 4 * (harness_capacity.TOKENS - 1)  # 4 stamped clients, every event but the first
-    assert 0.0 <= row["stamp_p50_ms"] < harness_capacity.STEP_MS
+    for factory in {None, live_loop_factory()}:
+        row = run_live(main(), factory)
+        assert row["completed"] == 32 and row["failures"] == 0
+        assert row["events"] == 32 * harness_capacity.TOKENS
+        assert row["sampled_events"] == 4 * harness_capacity.TOKENS  # 4 sampled clients, every token
+        assert row["stamped_before_written"] == 0
+        assert row["error_p99_ms"] <= harness_capacity.STAMP_LIMIT_MS, row
+        assert row["harness_cpu_us_per_event"] > 0 and row["server_cpu_us_per_event"] > 0
+
+
+def test_a_sampled_reads_error_is_zero_alone_and_bounded_when_it_took_several():
+    """event_errors: a read of one whole event is exact; a read of two is bounded by its stamp less
+    the later of the previous read's start and each event's written_at."""
+    from benchmarks.harness_capacity import event_errors
+    from harness.rawhttp import Read
+
+    def token(t: float) -> bytes:
+        body = b'event: token\ndata: {"index": 0, "written_at": %r}\n\n' % t
+        return b"%x\r\n%s\r\n" % (len(body), body)
+    reads = [Read(0.0, 0.0, 10.0, 10.5, token(9.9)),  # alone: its own stamp
+             Read(10.5, 0.0, 20.0, 20.1, token(15.0) + token(19.0)),  # two: after 15.0 and after 19.0
+             Read(20.1, 10.5, 31.0, 31.1, token(20.0))]  # one, but a partial chunk follows: after 20.0
+    reads[2].data += b"5\r\nev"
+    assert event_errors(reads) == [0.0, 20.0 - 15.0, 20.0 - 19.0, 31.0 - 20.0]
 
 
 def test_a_section_is_written_into_the_results_page_as_it_is(tmp_path, monkeypatch):
@@ -246,15 +266,17 @@ def test_a_section_is_written_into_the_results_page_as_it_is(tmp_path, monkeypat
     monkeypatch.setattr(page, "DOCS", tmp_path)
     (tmp_path / "RESULTS.md").write_text("# Results\n\n## Harness speed\n\nold\n\n## What the numbers do not show\n\n- x\n")
     rows = [{"clients": 16, "completed": 16, "events_per_s": 300.0, "events_per_s_all_open": 320.0,
-             "ideal_events_per_s": 320.0, "stamp_p50_ms": 0.1, "stamp_p99_ms": 0.4, "stamp_max_ms": 2.0,
-             "multi_event_reads": 0.0, "lag_p50_ms": 0.1, "lag_p99_ms": 1.0}]
-    first = {"rows": rows, "sustained_clients": 16, "stamp_limit_ms": 1.0, "step_ms": 50, "tokens": 64,
-             "arrival_s": 2, "sample_every": 8}
+             "ideal_events_per_s": 320.0, "error_p50_ms": 0.0, "error_p99_ms": 0.4, "error_max_ms": 2.0,
+             "events_over_1ms": 0.0, "read_late_p50_ms": 0.3, "read_late_p99_ms": 2.0, "multi_event_reads": 0.0,
+             "lag_p50_ms": 0.1, "lag_p99_ms": 1.0, "harness_cpu_us_per_event": 70.0, "server_cpu_us_per_event": 80.0}]
+    first = {"loops": {"asyncio": {"rows": rows, "sustained_clients": 16}}, "stamp_limit_ms": 1.0, "step_ms": 50,
+             "tokens": 64, "arrival_s": 2, "sample_every": 8}
     monkeypatch.setattr(page, "read_json", lambda name: first if name == "capacity" else None)
     page.splice_page(["capacity"])
     text = (tmp_path / "RESULTS.md").read_text()
     assert text.index("## Harness speed\n\nold") < text.index("## Harness capacity") < text.index("## What the numbers")
-    monkeypatch.setattr(page, "read_json", lambda name: {**first, "sustained_clients": 8} if name == "capacity" else None)
+    again = {**first, "loops": {"asyncio": {"rows": rows, "sustained_clients": 8}}}
+    monkeypatch.setattr(page, "read_json", lambda name: again if name == "capacity" else None)
     page.splice_page(["capacity"])
     text = (tmp_path / "RESULTS.md").read_text()
     assert text.count("## Harness capacity") == 1 and "**8** clients" in text and "old" in text
