@@ -23,7 +23,6 @@ process spent per event (this one's, the server's, from /proc).
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import re

@@ -3,7 +3,6 @@ where Ray is installed (the `scale` extra)."""
 
 from __future__ import annotations
 
-import asyncio
 import gc
 import time
 
