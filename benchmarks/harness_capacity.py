@@ -78,7 +78,8 @@ def event_errors(reads: list) -> list[float]:
             written = WRITTEN_AT.search(text)
             if written is None:
                 continue  # the head, start, done: not a token
-            errors.append(0.0 if exact else max(0.0, read.stamp - max(read.after, float(written.group(1)))))
+            recorded = read.stamp or read.returned  # no stamp: recorded as the read returned
+            errors.append(0.0 if exact and read.stamp else max(0.0, recorded - max(read.after, float(written.group(1)))))
     return errors
 
 
@@ -173,6 +174,8 @@ LOOPS = ("asyncio", "uvloop")  # asyncio's own loop, and the live harness's (har
 def run(log_dir: Path, say, counts: tuple[int, ...] = COUNTS, loops: tuple[str, ...] = LOOPS) -> dict:
     by_loop = {}
     for name in loops:
+        if name not in LOOPS:
+            raise ValueError(f"no loop {name!r}: one of {', '.join(LOOPS)}")
         factory = None if name == "asyncio" else live_loop_factory()
         if name != "asyncio" and factory is None:
             say(f"harness capacity: {name} is not installed, so its rows are left out")

@@ -159,7 +159,7 @@ CAPACITY_BEFORE_HEAD = ["clients", "completed", "events/s all open / offered",
 def capacity_section(c: dict | None) -> str:
     """benchmarks/harness_capacity.py, a table per event loop; `before`: the same benchmark's JSON
     from the code before (benchmarks/capacity_before.json), if present."""
-    if not c or "loops" not in c:
+    if not c or not c.get("loops"):
         return ""
     before = c.get("before")
     loops = c["loops"]

@@ -46,8 +46,9 @@ class Client:
         self.open_connection: Opener | None = None
 
     def note(self, events: list[SSEEvent], conn: Connection) -> None:
-        """Record events at the time their bytes arrived (conn.arrived_ago: the kernel's stamp live,
-        the pipe's arrival in simulation), not when this client's loop got round to reading them."""
+        """Record events at the time their bytes arrived (conn.arrived_ago: the kernel's stamp on a
+        raw socket, the pipe's arrival in simulation), not when this client's loop got round to
+        reading them; HTTP/2 over TLS has no stamp (0) and records at the read."""
         if not events:
             return
         now = self.clock() - conn.arrived_ago()

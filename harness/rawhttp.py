@@ -40,8 +40,9 @@ class Head:
 @dataclass
 class Read:
     """One read of a sampled exchange, in wall-clock seconds: when it began, when the read before
-    it began (everything queued then went to that read, so this one's bytes all came later), the
-    kernel's stamp of its last segment, when it returned, and its bytes."""
+    it began (everything queued then went to that read, so this one's bytes all came later; 0
+    where that read filled its buffer and may have left some), the kernel's stamp of its last
+    segment (0: none), when it returned, and its bytes."""
     began: float
     after: float
     stamp: float
@@ -74,7 +75,10 @@ class RawExchange:
         sock.setblocking(False)
         if rcvbuf is not None:  # before connect, so the window is small from the handshake on
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
-        sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+        except OSError:  # not Linux: no stamps, and events are recorded as their reads return
+            pass
         try:
             await asyncio.wait_for(loop.sock_connect(sock, (host, port)), timeout_s)
         except BaseException:
@@ -128,7 +132,10 @@ class RawExchange:
                 stamp = seconds + nanoseconds / 1e9
         if self.stamps is not None and data:
             self.stamps.append(Read(began, self._read_from, stamp, time.time(), data))
-        self._arrived, self._read_from = stamp, began
+        if stamp:
+            self._arrived = stamp
+        # A read that filled max_bytes may have left bytes queued, which came before it began.
+        self._read_from = began if len(data) < max_bytes else 0.0
         return data
 
     def arrived_ago(self) -> float:

@@ -82,7 +82,7 @@ class SimPipe:
 
     async def read(self, max_bytes: int) -> bytes:
         """At least one byte that has arrived, up to max_bytes and the read window; b"" at end of stream."""
-        window_limits = self.read_window is not None and self.read_window < max_bytes
+        window_limits = self.read_window is not None and self.read_window <= max_bytes
         max_bytes = min(max_bytes, self.read_window or max_bytes)
         while True:
             now = self._now()
@@ -90,7 +90,7 @@ class SimPipe:
                 out = bytearray()
                 while self.chunks and self.chunks[0][0] <= now and len(out) < max_bytes:
                     arrival, data = self.chunks.popleft()
-                    self.last_arrival = max(arrival, self.held_until)
+                    self.last_arrival = min(max(arrival, self.held_until), now)
                     take = data[:max_bytes - len(out)]
                     out += take
                     if len(take) < len(data):
@@ -101,7 +101,7 @@ class SimPipe:
                 self.space.set()
                 return bytes(out)
             if not self.chunks and self.eof_at is not None and self.eof_at <= now:
-                self.last_arrival = max(self.eof_at, self.held_until)
+                self.last_arrival = min(max(self.eof_at, self.held_until), now)
                 return b""
             self.arrived.clear()
             await self.arrived.wait()

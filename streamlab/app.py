@@ -93,21 +93,24 @@ def create_app(config: ServiceConfig = ServiceConfig(), loaded: LoadedModel | No
     resume = config.resume
     retry_ms = resume.retry_ms if resume.on else None
 
+    written_at = config.model == "null"  # its tokens carry the server's clock (streamlab.responses.sse_body)
+
     async def stream(request: Request) -> Response:
         last_event_id = request.headers.get("last-event-id")
         if last_event_id:  # a reconnect: the same stream from after that event (the body is not read again)
             hub: Hub = request.state.hub
             s, replay = hub.attach(last_event_id)
-            return HubStreamingResponse(hub, s, sse_body(hub, s, config.keepalive_s, 0, replay, retry_ms),
+            return HubStreamingResponse(hub, s, sse_body(hub, s, config.keepalive_s, 0, replay, retry_ms, written_at),
                                         resumable=True)
         req = await read_request(request, config)
         hub, s = admit(request, request.state.model.tokenizer.encode(req.prompt), SamplingParams.of(req), req.stop,
                        req.ttft_deadline_ms)
         try:
             if req.response_class == "write_only":
-                return WriteOnlyStreamingResponse(hub, s, sse_body(hub, s, config.keepalive_s, req.pad_bytes))
+                return WriteOnlyStreamingResponse(hub, s, sse_body(hub, s, config.keepalive_s, req.pad_bytes,
+                                                                   written_at=written_at))
             return HubStreamingResponse(hub, s, sse_body(hub, s, config.keepalive_s, req.pad_bytes, (), retry_ms,
-                                                         written_at=config.model == "null"), resumable=resume.on)
+                                                         written_at), resumable=resume.on)
         except BaseException:
             hub.close(s, "internal_error")
             raise

@@ -54,11 +54,14 @@ def serve(config: ServiceConfig, host: str, port: int, log_level: str = "info") 
     # interval it waited that long for the GIL whenever the event loop held it.
     sys.setswitchinterval(SWITCH_INTERVAL_S)
     app = create_app(config)
+    # loop="asyncio": uvicorn's "auto" takes uvloop whenever it is installed (the harness's clients
+    # run on it, harness/loops.py), which would change the server under test with the admin port
+    # (served through asyncio.run) or without it; every figure of ours was measured on asyncio's.
     uv_config = uvicorn.Config(app, host=host, port=port, log_level=log_level, lifespan="on",
                                timeout_graceful_shutdown=config.graceful_timeout_s + FLUSH_MARGIN_S,
                                http=guarded_h11(config.header_timeout_s, config.max_head_bytes),
                                limit_concurrency=config.max_connections,
-                               backlog=BACKLOG)
+                               backlog=BACKLOG, loop="asyncio")
     main = GracefulServer(uv_config, app, config.graceful_timeout_s)
     if not config.admin_port:
         main.run()
@@ -74,7 +77,7 @@ async def _serve_with_admin(main: GracefulServer, app: Starlette, admin_port: in
         await app(scope, receive, send)
 
     admin = AdminServer(uvicorn.Config(admin_app, host="127.0.0.1", port=admin_port, log_level=log_level,
-                                       lifespan="off"), main)
+                                       lifespan="off", loop="asyncio"), main)
     serving = asyncio.create_task(main.serve())
     while not main.started and not serving.done():
         await asyncio.sleep(0.05)
