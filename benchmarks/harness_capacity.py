@@ -31,7 +31,7 @@ from pathlib import Path
 
 from harness.clients import launch, raw_opener
 from harness.lag import LoopLag
-from harness.loops import live_loop_factory, run_live
+from harness.loops import live_loop_factory, run_on_live_loop
 from harness.live import ServerProcess
 from harness.plan import plan, tokenizer_for
 from harness.scenario import Scenario
@@ -176,11 +176,10 @@ def run(log_dir: Path, say, counts: tuple[int, ...] = COUNTS, loops: tuple[str, 
     for name in loops:
         if name not in LOOPS:
             raise ValueError(f"no loop {name!r}: one of {', '.join(LOOPS)}")
-        factory = None if name == "asyncio" else live_loop_factory()
-        if name != "asyncio" and factory is None:
+        if name == "uvloop" and live_loop_factory() is None:
             say(f"harness capacity: {name} is not installed, so its rows are left out")
             continue
-        rows = run_live(run_counts(log_dir, say, counts, name), factory)
+        rows = run_on_live_loop(run_counts(log_dir, say, counts, name), uvloop=name == "uvloop")
         by_loop[name] = {"rows": rows, "sustained_clients": sustained(rows)}
     return {"loops": by_loop, "stamp_limit_ms": STAMP_LIMIT_MS, "lag_limit_ms": LAG_LIMIT_MS, "step_ms": STEP_MS,
             "tokens": TOKENS, "arrival_s": ARRIVAL_S, "sample_every": SAMPLE}

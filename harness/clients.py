@@ -51,11 +51,15 @@ class Client:
         reading them; HTTP/2 over TLS has no stamp (0) and records at the read."""
         if not events:
             return
-        now = self.clock() - conn.arrived_ago()
+        now = self.arrived_at(conn)
         for ev in events:
             first = not self.record.token_times
             if self.wire.note(self.record, ev, now) and first and self.on_first_token:
                 self.on_first_token(self.group.name)
+
+    def arrived_at(self, conn: Connection) -> float:
+        """This client's clock at the moment the bytes of conn's last read arrived."""
+        return self.clock() - conn.arrived_ago()
 
     async def run(self, open_connection: Opener, budget: int) -> None:
         rec = self.record
@@ -72,7 +76,7 @@ class Client:
                 conn = await behaviour.read(self, conn, how)
                 return
             head = await conn.read_head(READ_DEADLINE_S)
-            rec.status, rec.head_at = head.status, self.clock() - conn.arrived_ago()
+            rec.status, rec.head_at = head.status, self.arrived_at(conn)
             if head.status != 200:
                 rec.error_type = self.wire.error_type(await self.reply(conn))
                 return

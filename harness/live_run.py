@@ -20,7 +20,7 @@ from harness.trace import ServerBooks
 from harness.faults import ToxiproxyClient, ProxyHandle, ToxiproxyServer, find_binary
 from harness.clients import raw_opener
 from harness.live import RunningServer, ServerProcess, target_process
-from harness.loops import run_live
+from harness.loops import run_on_live_loop
 from harness.nginx import Nginx, ensure_certificate, nginx_unavailable
 from harness.plan import PlannedClient
 from harness.profile import load_profile
@@ -87,7 +87,6 @@ class LiveServer:
         self.model = model  # our own server's model: its steps are timed against that model's profile
         self.front_port = front_port or endpoint.port  # where clients connect: nginx, or the server itself
         self.proxy = proxy
-        self.loop = asyncio.get_running_loop()
         self.base = time.monotonic()
         self.books: ServerBooks | None = None  # what collect() saw; the shutdown adds its own findings
         self.watch = TargetWatch(self) if not target.default else None
@@ -234,7 +233,7 @@ class LiveBackend:
         gc.collect()
         gc.disable()
         try:
-            return run_live(asyncio.wait_for(main, RUN_DEADLINE_S))
+            return run_on_live_loop(asyncio.wait_for(main, RUN_DEADLINE_S))
         finally:
             gc.enable()
 

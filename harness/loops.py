@@ -21,7 +21,8 @@ def live_loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
     return uvloop.new_event_loop
 
 
-def run_live(main: Coroutine, loop_factory: Callable[[], asyncio.AbstractEventLoop] | None | str = "live"):
-    """asyncio.run(main) on the live harness's loop (or on `loop_factory`'s; None: asyncio's own)."""
-    with asyncio.Runner(loop_factory=live_loop_factory() if loop_factory == "live" else loop_factory) as runner:
+def run_on_live_loop(main: Coroutine, uvloop: bool = True):
+    """asyncio.run(main) on the live harness's loop (uvloop where installed); uvloop=False:
+    asyncio's own (the capacity benchmark's comparison)."""
+    with asyncio.Runner(loop_factory=live_loop_factory() if uvloop else None) as runner:
         return runner.run(main)

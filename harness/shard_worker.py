@@ -8,7 +8,7 @@ import time
 
 import ray
 
-from harness.loops import run_live
+from harness.loops import run_on_live_loop
 
 
 @ray.remote
@@ -26,6 +26,6 @@ class ShardWorker:
         gc.collect()  # as a single process does (harness.live_run): no collection mid-run
         gc.disable()
         try:
-            return run_live(job(shard))
+            return run_on_live_loop(job(shard))
         finally:
             gc.enable()

@@ -77,7 +77,7 @@ async def _serve_with_admin(main: GracefulServer, app: Starlette, admin_port: in
         await app(scope, receive, send)
 
     admin = AdminServer(uvicorn.Config(admin_app, host="127.0.0.1", port=admin_port, log_level=log_level,
-                                       lifespan="off", loop="asyncio"), main)
+                                       lifespan="off"), main)
     serving = asyncio.create_task(main.serve())
     while not main.started and not serving.done():
         await asyncio.sleep(0.05)

@@ -226,14 +226,14 @@ def test_the_capacity_benchmark_reads_every_stream_and_bounds_its_samples_error(
     would be the machine's, not the method's); no read's kernel stamp is earlier than the server's clock
     as it wrote the event (a stamp in another clock would be)."""
     from benchmarks import harness_capacity
-    from harness.loops import live_loop_factory, run_live
+    from harness.loops import run_on_live_loop
 
     async def main():
         async with harness_capacity.ServerProcess(harness_capacity.server_args(), log_dir=tmp_path) as server:
             return await harness_capacity.one_count(server.port, 32, server.proc.pid)
 
-    for factory in {None, live_loop_factory()}:
-        row = run_live(main(), factory)
+    for uvloop in (False, True):
+        row = run_on_live_loop(main(), uvloop)
         assert row["completed"] == 32 and row["failures"] == 0
         assert row["events"] == 32 * harness_capacity.TOKENS
         assert row["sampled_events"] == 4 * harness_capacity.TOKENS  # 4 sampled clients, every token

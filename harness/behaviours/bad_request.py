@@ -25,7 +25,7 @@ class BadRequest(BehaviourModel):
         conn = await client.open_connection(client.wire.path, body, headers)
         try:
             head = await conn.read_head(READ_DEADLINE_S)
-            rec.status, rec.head_at = head.status, client.clock() - conn.arrived_ago()
+            rec.status, rec.head_at = head.status, client.arrived_at(conn)
             rec.error_type = client.wire.error_type(await client.reply(conn))
         finally:
             conn.close("fin")
