@@ -19,6 +19,7 @@ from pathlib import Path
 
 from harness.cores import server_threads
 from harness.rawhttp import RawExchange
+from streamlab.idle import drained
 
 START_DEADLINE_S = 60.0
 STOP_DEADLINE_S = 30.0
@@ -143,7 +144,7 @@ class ServerProcess:
         deadline = time.monotonic() + deadline_s
         stats = await self.get_json("/stats")
         while time.monotonic() < deadline:
-            if stats["running"] == stats["waiting"] == stats["streams_registered"] == 0 or stats.get("failure"):
+            if drained(stats) or stats.get("failure"):
                 break
             await asyncio.sleep(0.02)
             stats = await self.get_json("/stats")

@@ -31,6 +31,7 @@ from streamlab.bench_step import engine_speed
 from streamlab.engine.faults import FaultPlan
 from streamlab.engine.outputs import StepOutput
 from streamlab.hub import Hub
+from streamlab.idle import drained
 from streamlab.step_clock import Wait
 
 SETTLE_POLL_S = 0.01
@@ -341,7 +342,7 @@ class SimServer:
         deadline = self.clock() + drain_s
         while self.clock() < deadline:
             stats = self.hub.stats()
-            if stats["running"] == stats["waiting"] == stats["streams_registered"] == 0 and \
+            if drained(stats) and \
                     all(t.done() for t in self.exchanges):
                 return
             await asyncio.sleep(SETTLE_POLL_S)

@@ -76,6 +76,9 @@ class Hub:
         self.books = HubBooks(engine.config.history)  # every count and record it keeps, bounded
         self._on_wish: Callable[[], None] | None = None  # an external driver's wake-up (wake_with)
         self.draining = False
+        # True from a step's start until its releases are in the books: the engine frees a
+        # sequence mid-step, so /stats could read idle before the release record exists.
+        self.step_in_flight = False
         self.failure: BaseException | None = None
         self.failure_traceback: str | None = None
 
@@ -384,6 +387,13 @@ class Hub:
     def run_step(self, clock: "StepClock") -> tuple[StepOutput, float]:
         """One engine step: first tokens handed over per prefill pass, releases noted, the step
         logged, and its events posted to the event loop at the time the clock says it ended."""
+        self.step_in_flight = True
+        try:
+            return self._step(clock)
+        finally:
+            self.step_in_flight = False
+
+    def _step(self, clock: "StepClock") -> tuple[StepOutput, float]:
         began, cpu_waited = clock.begin(), clock.cpu_waited()
         # Bytes written to clients since the last step began: work on the same cores between steps (harness.timing.pace).
         bytes_before, self.books.bytes_logged = self.books.bytes_out - self.books.bytes_logged, self.books.bytes_out
@@ -460,7 +470,9 @@ class Hub:
 
     def stats(self) -> dict:
         engine = self.engine.stats()
+        step_in_flight = self.step_in_flight  # read after the engine's counts (streamlab.idle.drained)
         return {
+            "step_in_flight": step_in_flight,
             "blocks_total": engine.blocks_total, "blocks_free": engine.blocks_free,
             "blocks_reserved": engine.blocks_reserved, "waiting": engine.waiting, "running": engine.running,
             "paused": engine.paused, "streams_registered": len(self._streams),

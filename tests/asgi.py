@@ -19,6 +19,7 @@ from starlette.applications import Starlette
 from harness.asgi import http_scope, request_receive
 from streamlab.app import create_app
 from streamlab.config import ServiceConfig
+from streamlab.idle import drained
 from streamlab.sse import SSEEvent, SSEParser
 
 DEADLINE_S = 60.0
@@ -102,7 +103,7 @@ class Service:
         stats = self.hub.stats()
         for _ in range(int(deadline_s / 0.01)):
             stats = self.hub.stats()
-            if stats["running"] == stats["waiting"] == stats["streams_registered"] == 0:
+            if drained(stats):
                 return stats
             await asyncio.sleep(0.01)
         return stats

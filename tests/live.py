@@ -13,6 +13,7 @@ from contextlib import contextmanager
 import uvicorn
 
 from harness.rawhttp import RawExchange
+from streamlab.idle import drained
 from streamlab.app import create_app
 from streamlab.config import ServiceConfig
 
@@ -73,7 +74,7 @@ class InProcessServer(AppServer):
     async def settle(self, deadline_s: float = 15.0) -> dict:
         stats = await self.get_json("/stats")
         for _ in range(int(deadline_s / 0.02)):
-            if stats["running"] == stats["waiting"] == stats["streams_registered"] == 0:
+            if drained(stats):
                 return stats
             await asyncio.sleep(0.02)
             stats = await self.get_json("/stats")

@@ -16,6 +16,7 @@ import urllib.request
 import pytest
 
 from harness.live import free_port
+from streamlab.idle import drained
 
 HEADER_TIMEOUT_S = 1.0
 BODY_TIMEOUT_S = 1.0
@@ -96,7 +97,7 @@ def assert_healthy_and_clean(port: int) -> None:
     deadline = time.monotonic() + WAIT_S
     while time.monotonic() < deadline:
         stats = get(port, "/stats")[1]
-        if stats["running"] == stats["waiting"] == stats["streams_registered"] == 0:
+        if drained(stats):
             break
         time.sleep(0.05)
     assert stats["blocks_free"] == stats["blocks_total"] and stats["double_release_attempts"] == 0, stats

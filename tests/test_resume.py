@@ -7,6 +7,7 @@ import asyncio
 import pytest
 
 from streamlab.config import CacheConfig, EngineConfig, ResumeConfig, ServiceConfig
+from streamlab.idle import drained
 from streamlab.policies import BackpressureConfig, Policy
 from tests.asgi import assert_clean, running_service
 
@@ -58,13 +59,26 @@ async def test_a_reconnect_gets_every_event_after_its_last_id_and_nothing_twice(
 
 
 async def test_without_a_reconnect_the_window_expires_and_releases_once(tiny):
-    async with running_service(cfg(window_s=0.3, queue_limit=8), tiny) as svc:
+    # A window of 1 s: eight steps fill the queue well inside it on a machine 4x slower than ours.
+    async with running_service(cfg(window_s=1.0, queue_limit=8), tiny) as svc:
+        drained_while_recording = []
+        record_releases = svc.hub.books.record_releases
+
+        def record(out, now):  # the release is freed in the engine; a reader must not see drained yet
+            if out.finished:
+                drained_while_recording.append(drained(svc.hub.stats()))
+            record_releases(out, now)
+        svc.hub.books.record_releases = record
         first, seen = await leave_after(svc, 3, {**BODY, "max_new_tokens": 400})
         rid = first.headers["x-request-id"]
-        await asyncio.sleep(0.15)
-        stats = svc.hub.stats()
+        for _ in range(100):  # bounded: until paused, at most the window
+            stats = svc.hub.stats()
+            if stats["paused"] or not stats["streams_detached"]:
+                break
+            await asyncio.sleep(0.01)
         assert stats["streams_detached"] == 1 and stats["paused"] == 1  # nobody reads: paused at the queue limit
         stats = await svc.settle()
+        assert drained_while_recording == [False], drained_while_recording
         assert_clean(stats)
         records = [r for r in svc.hub.books.releases if r.request_id == rid]
         assert len(records) == 1 and records[0].reason == "cancelled" and records[0].completion_tokens < 400
