@@ -33,6 +33,19 @@ needs_live = pytest.mark.skipif(live_unavailable() is not None, reason=str(live_
 needs_ray = pytest.mark.skipif(sharding_unavailable() is not None, reason=str(sharding_unavailable()))
 
 
+@pytest.fixture(scope="module", autouse=True)
+def no_cluster_left_running():
+    """A local cluster that a run starts lives as long as its process (harness.shards), and this
+    process goes on to the timing checks: its daemons (raylet, GCS, monitors) must not wake on
+    their cores for the rest of the session (a fresh-clone CI had them up for its last 40 minutes)."""
+    yield
+    if sharding_unavailable() is None:
+        import ray
+
+        if ray.is_initialized():
+            ray.shutdown()
+
+
 def _run_to_end(engine: BatchEngine, max_steps: int) -> tuple[dict[str, list[int]], int]:
     tokens: dict[str, list[int]] = {}
     widest = 0
