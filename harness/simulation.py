@@ -342,8 +342,7 @@ class SimServer:
         deadline = self.clock() + drain_s
         while self.clock() < deadline:
             stats = self.hub.stats()
-            if drained(stats) and \
-                    all(t.done() for t in self.exchanges):
+            if drained(stats) and all(t.done() for t in self.exchanges):
                 return
             await asyncio.sleep(SETTLE_POLL_S)
 

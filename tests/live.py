@@ -13,9 +13,9 @@ from contextlib import contextmanager
 import uvicorn
 
 from harness.rawhttp import RawExchange
-from streamlab.idle import drained
 from streamlab.app import create_app
 from streamlab.config import ServiceConfig
+from streamlab.idle import drained
 
 START_DEADLINE_S = 30.0
 
