@@ -10,8 +10,10 @@ pairs are split over threads: a sequence's bits do not depend on its neighbours,
 construction. Its results differ from the gather path's in the last bits (another summation
 order), so a server runs one path for all its streams and its solo references.
 
-Built once per machine into .tools/torch_extensions (`python -m streamlab.paged_kernel`, run by
-`scripts/dev setup`); where it cannot be built, `available()` says why and the gather path is used.
+Built once per machine and torch version into the machine's cache (streamlab.cache:
+torch_extensions/torch-<version>/, so a fresh clone loads it; `python -m streamlab.paged_kernel`,
+run by `scripts/dev setup`); where it cannot be built, `available()` says why and the gather path
+is used. The file is named by the source's hash, so a changed kernel is built anew.
 """
 
 from __future__ import annotations
@@ -25,7 +27,10 @@ from pathlib import Path
 
 import torch
 
-BUILD_DIR = Path(__file__).resolve().parent.parent / ".tools" / "torch_extensions"
+from streamlab.cache import cache_dir
+
+# -march=native and torch's ABI: a build serves this machine (the cache is its own) and this torch.
+BUILD_DIR = cache_dir("torch_extensions") / f"torch-{torch.__version__}"
 
 _SOURCE = r"""
 #include <torch/extension.h>
