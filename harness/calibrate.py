@@ -40,6 +40,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import statistics
+import time
 
 from harness.profile import PROFILES, StepCostProfile, calibrate_engine, decode_only
 from harness.trace import Trace, metric_values, percentile
@@ -289,14 +290,20 @@ def calibrate(model: str, engine_only: bool = False, say=print, repeats: int = R
     scenarios = calibration_scenarios(model)
     solo = next(s for s in scenarios if s.name == "cal_solo")
     rounds: list[dict[str, list[Trace]]] = []
+    started, total = time.monotonic(), repeats * len(scenarios)
     for i in range(repeats):
         rounds.append({})
         for scenario in scenarios:
             trace, _ = run_live(scenario)
             rounds[-1][scenario.name] = [trace]
-            say(f"round {i + 1} live {scenario.name}: {len(trace.steps)} steps, {trace.wall_s:.1f}s")
+            done = i * len(scenarios) + len(rounds[-1])
+            spent = time.monotonic() - started
+            say(f"fit: round {i + 1}/{repeats} live {scenario.name}: {len(trace.steps)} steps, {trace.wall_s:.1f}s "
+                f"({done}/{total} runs, {spent:.0f} s, about {spent / done * (total - done):.0f} s left)")
     live = {s.name: [r[s.name][0] for r in rounds] for s in scenarios}
     by_name = {s.name: s for s in scenarios}
+    say(f"fit: the serving terms from the {total} runs, each term also round by round (simulations of the "
+        f"runs; about as long again as the runs took)")
     profile, counts = fit_terms(profile, live, by_name, solo)
     by_round = [fit_terms(profile, r, by_name, solo)[0] for r in rounds] if repeats > 1 else []
     spread = {term: [_rounded(getattr(p, term)) for p in by_round] for term in SERVING_TERMS}

@@ -1,0 +1,43 @@
+"""The cached fit of this machine's cost model is kept only while a live probe agrees with it
+(harness/machine.py): the probe passes a fit that describes the machine and refuses one that
+does not. Live runs, timed: not marked shares_cores."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+
+import pytest
+
+from harness import machine, speed
+from harness.live_run import live_unavailable
+from harness.profile import load_profile
+
+pytestmark = pytest.mark.skipif(live_unavailable() is not None, reason=str(live_unavailable()))
+
+
+def _cached(path, profile, scale: dict[str, float]) -> None:
+    """`profile` as a cached fit of this machine made an hour ago, each fitted live/sim figure
+    times its `scale` (the figures the probe does not read are dropped)."""
+    fitted = {k: v * scale[k] for k, v in profile.calibration["live_over_sim_p50"].items() if k in scale}
+    data = dataclasses.asdict(dataclasses.replace(
+        profile, calibration={**profile.calibration, "live_over_sim_p50": fitted},
+        reference_s={**profile.reference_s, "step_s": speed.measure(profile.model).step_s}))
+    data["fitted_under"] = {**machine.fitted_under(), "at": time.time() - 3600}
+    path.write_text(json.dumps(data))
+
+
+def test_the_probe_keeps_a_fit_that_holds_and_refits_one_that_does_not(tmp_path):
+    committed = load_profile("tiny")
+    # What this machine reads against the committed profile, figure by figure: with them, the
+    # committed profile's live/sim are those of a fit that describes this machine.
+    here = machine.probe(committed, say=lambda line: None)
+    path = tmp_path / "tiny.json"
+    _cached(path, committed, here)
+    assert machine.stale("tiny", path, say=lambda line: None) is None
+    # As if the machine served 1.5x slower when it was fitted than it does now.
+    _cached(path, committed, {k: v * 1.5 for k, v in here.items()})
+    reason = machine.stale("tiny", path, say=lambda line: None)
+    assert reason is not None and "probe" in reason, reason
+    assert "probed_at" not in json.loads(path.read_text())  # a refused fit is not marked as checked
