@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -48,7 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
     for p in (run, suite):
         p.add_argument("--parity-profile", choices=["machine", "committed"], default="machine",
                        help="the cost model live runs are judged against (parity, the live gate): this machine's, "
-                            "fitted here and cached in .tools/profiles/ (5-8 minutes on 2 cores when it is not; default), or the "
+                            "fitted here and cached in ~/.cache/streamlab/profiles/ (3-8 minutes on 2 cores when it is not; a 5-15 s probe when it is; default), or the "
                             "committed scenarios/profiles/<model>.json (another machine's seconds: comparison only)")
         p.add_argument("--refit", action="store_true", help="fit this machine's cost model again, cached or not")
         p.add_argument("--lab-step-slowdown", type=float, default=1.0, metavar="F",
@@ -181,13 +182,26 @@ def _run_or_suite(console: Console, args, ctx, target) -> int:
     return _suite(console, ctx, args.mode, args.pattern, args.update_baseline, args.parity_profile, args.refit)
 
 
-def _run(console: Console, scenario, mode: str, ctx):
+HEARTBEAT_S = 15.0  # a CI log hears from a run still going this often (and from none quicker)
+
+
+def _run(console: Console, scenario, mode: str, ctx, place: str = ""):
+    """One run, judged. In a terminal a bar counts its clients; in a CI log a line says how far a
+    run still going is every HEARTBEAT_S, and one line says how it ended (with `place`: the
+    suite's items done, time spent and left)."""
     from harness.runner import run_scenario
 
-    if not console.is_terminal:  # a CI log: no progress display, one line per finished item
-        outcome = run_scenario(scenario, mode, ctx)
+    if not console.is_terminal:
+        began, said = time.monotonic(), [time.monotonic()]
+
+        def heartbeat(done: int, total: int) -> None:
+            if time.monotonic() - said[0] >= HEARTBEAT_S:
+                said[0] = time.monotonic()
+                console.print(f"  {scenario.name} [{mode}]: {done}/{total} clients done, "
+                              f"{said[0] - began:.0f}s", markup=False, highlight=False)
+        outcome = run_scenario(scenario, mode, ctx, progress=heartbeat)
         console.print(f"{scenario.name} [{mode}]: {'passed' if outcome.ok else 'FAILED'} in "
-                      f"{outcome.trace.wall_s:.1f}s", markup=False, highlight=False)
+                      f"{time.monotonic() - began:.1f}s{place}", markup=False, highlight=False)
         return outcome
     with Progress(TextColumn(f"{scenario.name} [{mode}]"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=console, transient=True) as bar:
@@ -271,9 +285,12 @@ def _suite(console: Console, ctx, mode: str, pattern: str, update_baseline: bool
         except ScenarioError as exc:
             rows[path.stem].append((path.stem, "-", "[red]INVALID[/]", "", "", str(exc)))
             failed += 1
+    todo = len(scenarios) * len(modes)
+    spent: dict[str, list[float]] = {m: [] for m in modes}  # each mode's items' seconds, for the time left
     for scenario in ctx.run_order(scenarios):
         row = rows[scenario.name].append
         for m in modes:
+            todo -= 1
             reason = None if m in scenario.modes else f"not a {m} scenario"
             if m == "live" and reason is None:
                 reason = live_unavailable(scenario, ctx.target_for(scenario))
@@ -282,7 +299,12 @@ def _suite(console: Console, ctx, mode: str, pattern: str, update_baseline: bool
                 row((scenario.name, m, "[yellow]skipped[/]", "", "", reason))
                 skipped += 1
                 continue
-            outcome = _run(console, scenario, m, ctx)
+            began = time.perf_counter()
+            left = sum(statistics.fmean(v) * todo / len(modes) for v in spent.values() if v)
+            place = (f" [{len(scenarios) * len(modes) - todo}/{len(scenarios) * len(modes)}, "
+                     f"{(time.perf_counter() - t0) / 60:.1f} min" + (f", about {left / 60:.0f} min left]" if left else "]"))
+            outcome = _run(console, scenario, m, ctx, place)
+            spent[m].append(time.perf_counter() - began)
             if outcome.trace.mode == "live" and outcome.sim is not None:
                 runs = [r.trace for r in outcome.runs]
                 parity_data += parity_rows(scenario, [(r.trace, r.paced or outcome.sim) for r in outcome.runs])

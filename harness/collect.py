@@ -3,14 +3,13 @@
 `pytest -k scenario`, `pytest -k "scenario and sim"` and `pytest -k slow_reader` select them.
 A file with a mistake is a collection error naming the file, line and field. The session owns
 the RunContext every item runs with (config.stash): no verdict depends on module state.
-Under pytest-xdist (`-n 2`) simulated items run in parallel; live items take a machine-wide
-lock, so they run one at a time, each with its own server port and Toxiproxy.
+Under pytest-xdist (`-n 2`) simulated items (a virtual clock: nothing they judge is timed on
+this machine) share the cores with each other; a live item has the machine to itself, each with
+its own server port and Toxiproxy (harness.cores_lock).
 """
 
 from __future__ import annotations
 
-import fcntl
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -18,7 +17,6 @@ import pytest
 from harness.scenario import Scenario, ScenarioError, load
 
 MODES = ("sim", "live")
-LIVE_LOCK = Path("results") / ".live.lock"
 CONTEXT = pytest.StashKey["RunContext"]()
 
 
@@ -57,18 +55,6 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         config.stash[CONTEXT].close()  # a command target's server, kept across the session's runs
 
 
-@contextmanager
-def one_live_run_at_a_time():
-    """Live timings mean nothing with two live runs sharing 2 cores: xdist workers queue here."""
-    LIVE_LOCK.parent.mkdir(parents=True, exist_ok=True)
-    with open(LIVE_LOCK, "w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
 def pytest_collect_file(file_path: Path, parent: pytest.Collector):
     if file_path.suffix in (".yaml", ".yml") and file_path.parent.name == "scenarios":
         return ScenarioFile.from_parent(parent, path=file_path)
@@ -86,6 +72,8 @@ class ScenarioFile(pytest.File):
                                             mode=mode)
             item.add_marker(pytest.mark.scenario)
             item.add_marker(getattr(pytest.mark, mode))
+            if mode == "sim":
+                item.add_marker(pytest.mark.shares_cores)
             if mode not in scenario.modes:
                 item.add_marker(pytest.mark.skip(reason=f"{scenario.name} does not run in {mode} mode"))
             yield item
@@ -112,19 +100,24 @@ class ScenarioItem(pytest.Item):
                       or target_refused(self.scenario, "live", ctx))
             if reason:
                 pytest.skip(reason)
-            with one_live_run_at_a_time():
-                if "sim" in self.scenario.modes and ctx.target is None and self.scenario.target is None:
-                    # Parity and the live gate are judged against this machine's profile, as in
-                    # the suite: fitted on the first such item (cached for the next sessions).
-                    from harness.machine import use_machine_profile
-                    if self.scenario.server.model not in getattr(ctx.backends.get("sim@machine"), "profiles", {}):
-                        use_machine_profile(ctx, [self.scenario.server.model], say=lambda line: None)
-                outcome = run_scenario(self.scenario, self.mode, ctx)
+            if "sim" in self.scenario.modes and ctx.target is None and self.scenario.target is None:
+                # Parity and the live gate are judged against this machine's profile, as in
+                # the suite: fitted on the first such item (cached for the next sessions).
+                from harness.machine import use_machine_profile
+                if self.scenario.server.model not in getattr(ctx.backends.get("sim@machine"), "profiles", {}):
+                    use_machine_profile(ctx, [self.scenario.server.model], say=self._say)
+            outcome = run_scenario(self.scenario, self.mode, ctx)
         else:
             outcome = run_scenario(self.scenario, self.mode, run_context(self.config))
         self.user_properties.append(("checks", [c.line() for c in outcome.checks]))
         if not outcome.ok:
             raise ScenarioFailure("\n".join(outcome.failures()))
+
+    def _say(self, line: str) -> None:
+        """A line to the terminal while the item runs (the machine fit's progress), past capture."""
+        reporter = self.config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None:
+            reporter.write_line(f"  {self.name}: {line}")
 
     def repr_failure(self, excinfo, style=None):
         if isinstance(excinfo.value, ScenarioFailure):

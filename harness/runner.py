@@ -24,7 +24,7 @@ from harness.references import References, engine_missing
 from harness.plan import PlannedClient, plan, tokenizer_for
 from harness.trace import StreamRecord, Trace
 from harness.scenario import Scenario, load_by_name
-from harness.targets import Target
+from harness.targets import FRESH_SERVER, Target
 from streamlab.presets import PRESETS
 
 RESULTS = Path("results") / "scenarios"
@@ -98,11 +98,18 @@ class RunContext:
     def run_order(self, scenarios: list[Scenario]) -> list[Scenario]:
         """The scenarios in the order to run them live: those a command target serves alike
         (harness.live_run.LiveBackend.kept_key) side by side, so its server starts once per kind
-        (vLLM takes 40 s; in name order the library switched batch size 13 times)."""
+        (vLLM takes 40 s; in name order the library switched batch size 13 times). Within a kind,
+        a scenario that must start on a fresh server (harness.targets.FRESH_SERVER) comes first,
+        where the server is fresh anyway, and then the latency baselines others name, so their
+        own run is the one the others read (after them, each ran twice: once on demand)."""
+        named = {b.baseline_scenario for s in scenarios for b in s.expect.latency} - {None}
+
         def key(scenario: Scenario):
+            target = self.target_for(scenario)
             backend = self.backends.get(self.live_mode(scenario))
             kept = backend.kept_key(scenario) if isinstance(backend, LiveBackend) else None
-            return () if kept is None else (str(kept[0]), kept[1])
+            fresh = target is not None and (target.name, scenario.name) in FRESH_SERVER
+            return (() if kept is None else (str(kept[0]), kept[1])), not fresh, scenario.name not in named
         return sorted(scenarios, key=key)  # stable: name order within a kind
 
     def live_mode(self, scenario: Scenario) -> str:

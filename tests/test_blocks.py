@@ -3,6 +3,9 @@ import pytest
 from streamlab.engine.blocks import BlockManager
 from streamlab.errors import BlockAccountingError, DoubleRelease
 
+# Times nothing (read for it): may run beside another such item under xdist (harness/cores_lock.py).
+pytestmark = pytest.mark.shares_cores
+
 
 def test_allocate_and_release_returns_every_block():
     bm = BlockManager(10)

@@ -12,6 +12,9 @@ from harness.runner import run_trace
 from harness.scenario import SCENARIOS_DIR, load
 from harness.simulation import SimBackend
 
+# Times nothing (read for it): may run beside another such item under xdist (harness/cores_lock.py).
+pytestmark = pytest.mark.shares_cores
+
 
 def test_per_request_is_fitted_through_the_simulation_not_as_a_burst_span_over_its_heads():
     """A 'live' burst simulated with a known per-request cost: the fit finds that cost again,

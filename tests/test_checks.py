@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import pytest
+
 from harness.checks import arrivals
 from harness.scenario import load_by_name
 from harness.trace import StreamRecord
 from tests.helpers import client_trace
+
+# Times nothing (read for it): may run beside another such item under xdist (harness/cores_lock.py).
+pytestmark = pytest.mark.shares_cores
 
 
 def test_the_arrivals_check_fails_a_joiner_sent_after_its_group_ended():

@@ -10,6 +10,9 @@ from streamlab.engine.engine import BatchEngine
 from streamlab.sampling import SamplingParams
 from tests.helpers import assert_clean, drain, run_steps
 
+# Times nothing (read for it): may run beside another such item under xdist (harness/cores_lock.py).
+pytestmark = pytest.mark.shares_cores
+
 
 def ids(n: int, seed: int) -> list[int]:
     rng = random.Random(seed)

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import pytest
+
 import asyncio
 import os
 
 from harness.cores import server_threads
 from harness.live import ServerProcess
 from harness.cores import torch_threads
+
+# Times nothing (read for it): may run beside another such item under xdist (harness/cores_lock.py).
+pytestmark = pytest.mark.shares_cores
 
 
 def test_a_server_gets_a_torch_thread_fewer_than_the_cores(monkeypatch):

@@ -4,6 +4,9 @@ from hypothesis import strategies as st
 
 from streamlab.detokenizer import Detokenizer, StopMatcher, TextStream, token_byte_table
 
+# Times nothing (read for it): may run beside another such item under xdist (harness/cores_lock.py).
+pytestmark = pytest.mark.shares_cores
+
 
 @pytest.fixture(scope="module")
 def table(tiny):

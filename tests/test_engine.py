@@ -8,6 +8,9 @@ from streamlab.errors import DuplicateRequest, RequestError, RequestTooLarge
 from streamlab.sampling import SamplingParams
 from tests.helpers import assert_clean, drain, run_steps
 
+# Times nothing (read for it): may run beside another such item under xdist (harness/cores_lock.py).
+pytestmark = pytest.mark.shares_cores
+
 
 def ids(n: int, seed: int = 0) -> list[int]:
     rng = random.Random(seed)

@@ -6,6 +6,8 @@ every admitted sequence was released exactly once, with exactly one finish per r
 
 from __future__ import annotations
 
+import pytest
+
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
@@ -15,6 +17,9 @@ from streamlab.engine.engine import BatchEngine
 from streamlab.models import load_model
 from streamlab.sampling import SamplingParams
 from tests.helpers import assert_clean, drain
+
+# Times nothing (read for it): may run beside another such item under xdist (harness/cores_lock.py).
+pytestmark = pytest.mark.shares_cores
 
 TINY = load_model("tiny")
 

@@ -6,6 +6,9 @@ import torch
 from streamlab.cli import main
 from streamlab.models import load_model
 
+# Times nothing (read for it): may run beside another such item under xdist (harness/cores_lock.py).
+pytestmark = pytest.mark.shares_cores
+
 
 def test_exported_tiny_loads_back_with_the_same_weights_tokenizer_and_greedy_tokens(tmp_path, tiny):
     folder = tmp_path / "tiny-hf"

@@ -4,6 +4,8 @@ files, valid ones mutated: never a traceback, always a ScenarioError naming the 
 
 from __future__ import annotations
 
+import pytest
+
 import asyncio
 import copy
 import json
@@ -15,6 +17,9 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from harness.scenario import SCENARIOS_DIR, ScenarioError, load
 from streamlab.config import CacheConfig, EngineConfig, ServiceConfig
 from tests.asgi import assert_clean, running_service
+
+# Times nothing (read for it): may run beside another such item under xdist (harness/cores_lock.py).
+pytestmark = pytest.mark.shares_cores
 
 CONFIG = ServiceConfig(engine=EngineConfig(max_batch=4, cache=CacheConfig(num_blocks=64)), max_tokens_budget=48)
 

@@ -6,6 +6,9 @@ from harness.trace import StreamRecord
 from harness.trace import goodput, meets_slo
 from harness.scenario import ScenarioError, Slo, load
 
+# Times nothing (read for it): may run beside another such item under xdist (harness/cores_lock.py).
+pytestmark = pytest.mark.shares_cores
+
 
 def record(sent: float, times: list[float], finish: str | None = "length", status: int = 200) -> StreamRecord:
     r = StreamRecord("g", 0, "reader", "p", {}, sent_at=sent, status=status, token_times=times, finish=finish)

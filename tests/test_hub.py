@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 import asyncio
 
 from harness import runner
@@ -12,6 +14,9 @@ from streamlab.config import ServiceConfig
 from streamlab.hub import Hub
 from streamlab.step_clock import WallStepClock
 from tests.asgi import running_service
+
+# Times nothing (read for it): may run beside another such item under xdist (harness/cores_lock.py).
+pytestmark = pytest.mark.shares_cores
 
 
 def test_the_step_thread_and_the_simulation_run_the_same_step_loop(monkeypatch, tiny):

@@ -18,6 +18,9 @@ from streamlab.prompts import shipped_prompts
 from streamlab.sampling import SamplingParams
 from tests.helpers import assert_clean, divergence, drain
 
+# Times nothing (read for it): may run beside another such item under xdist (harness/cores_lock.py).
+pytestmark = pytest.mark.shares_cores
+
 N_PROMPTS = 32
 
 

@@ -4,6 +4,8 @@ and the service never imports the harness (its `scenario` and `lab` commands are
 
 from __future__ import annotations
 
+import pytest
+
 import ast
 import json
 import os
@@ -14,6 +16,9 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
+
+# Times nothing (read for it): may run beside another such item under xdist (harness/cores_lock.py).
+pytestmark = pytest.mark.shares_cores
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("streamlab", "harness")

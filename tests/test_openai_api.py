@@ -12,6 +12,9 @@ from streamlab.openai_api import chat_prompt, ChatMessage
 from tests.asgi import assert_clean
 from tests.live import live_server
 
+# Times nothing (read for it): may run beside another such item under xdist (harness/cores_lock.py).
+pytestmark = pytest.mark.shares_cores
+
 PROMPT = "Return the number of items in the container."
 
 

@@ -2,6 +2,9 @@ import pytest
 
 from streamlab.policies import Action, BackpressureConfig, Policy, admits, backpressure
 
+# Times nothing (read for it): may run beside another such item under xdist (harness/cores_lock.py).
+pytestmark = pytest.mark.shares_cores
+
 
 def decide(policy, queued, paused=False, since=None, now=10.0, stalled=None):
     """`stalled`: the client's share of the time at the limit; by default all of it."""

@@ -13,6 +13,9 @@ from harness.trace import StreamRecord
 from harness.verdict import CheckResult
 from tests.helpers import client_trace
 
+# Times nothing (read for it): may run beside another such item under xdist (harness/cores_lock.py).
+pytestmark = pytest.mark.shares_cores
+
 
 def test_every_declared_check_has_an_implementation_or_is_timed():
     for spec in registry.CHECKS:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 import json
 
 from rich.console import Console
@@ -10,6 +12,9 @@ from harness import report
 from harness.verdict import CheckResult
 from harness.trace import StreamRecord
 from tests.helpers import client_trace
+
+# Times nothing (read for it): may run beside another such item under xdist (harness/cores_lock.py).
+pytestmark = pytest.mark.shares_cores
 
 
 def row(metric: str, ratio: float, ok: bool = True, **extra) -> dict:

@@ -3,6 +3,9 @@ import torch
 
 from streamlab.sampling import SamplingParams, logits_to_probs, make_rng, sample, top2_margin
 
+# Times nothing (read for it): may run beside another such item under xdist (harness/cores_lock.py).
+pytestmark = pytest.mark.shares_cores
+
 
 def test_greedy_is_argmax_and_needs_no_rng():
     logits = torch.tensor([0.1, 2.0, 1.9, -1.0])

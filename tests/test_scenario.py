@@ -5,6 +5,9 @@ import pytest
 
 from harness.scenario import SCENARIOS_DIR, ScenarioError, json_schema, load
 
+# Times nothing (read for it): may run beside another such item under xdist (harness/cores_lock.py).
+pytestmark = pytest.mark.shares_cores
+
 GOOD = """\
 name: {name}
 seed: 1

@@ -6,6 +6,9 @@ from hypothesis import strategies as st
 
 from streamlab.sse import SSEEvent, SSEParser, encode_comment, encode_event, encode_json_event
 
+# Times nothing (read for it): may run beside another such item under xdist (harness/cores_lock.py).
+pytestmark = pytest.mark.shares_cores
+
 
 def parse(data: bytes) -> list[SSEEvent]:
     p = SSEParser()

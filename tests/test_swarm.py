@@ -37,6 +37,7 @@ DEFECT_SEEDS = {"stop_across_tokens": (1, 233), "shared_seed_rng": (1, 94), "las
 SLOW_TO_FIND = {"stop_across_tokens"}
 
 
+@pytest.mark.shares_cores  # draws and validates: no clock
 @settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
 @given(scenarios())
 def test_every_draw_is_a_valid_scenario_that_uses_only_its_features(scenario: Scenario):
@@ -54,6 +55,7 @@ def test_every_draw_is_a_valid_scenario_that_uses_only_its_features(scenario: Sc
     assert not scenario.server.lab_defect
 
 
+@pytest.mark.shares_cores
 def test_draws_leave_features_out():
     """Swarm testing: over many draws every feature appears, and no draw has them all."""
     seen, largest = set(), 0
@@ -104,6 +106,9 @@ def test_a_shrunk_defect_fails_and_passes_without_the_defect(path: Path, live: b
     assert not judge.failures(_without_defect(scenario)), f"{path.name}: failed without its defect"
 
 
+# In simulation, every verdict on its virtual clock; beside another item it draws fewer scenarios
+# in its fixed budget (about 800 alone, it asks 20).
+@pytest.mark.shares_cores
 def test_the_ci_swarm_finds_nothing_in_our_server(tmp_path):
     result = search(seed=CI_SEED, time_s=CI_SECONDS, database=None)
     if result.found is not None:

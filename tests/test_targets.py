@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from harness.cores_lock import hold_machine
 from harness.engines import binaries_missing
 from harness.live_run import live_unavailable
 from harness.runner import RunContext, run_scenario, target_refused
@@ -311,9 +312,12 @@ def peer_sessions():
         for other in [p for p in sessions if p != peer]:
             sessions.pop(other).close()
         return sessions.setdefault(peer, RunContext(results_dir=None, target=TARGETS[peer]))
-    yield session
-    for ctx in sessions.values():
-        ctx.close()
+    with hold_machine():  # a kept peer server idles between items: no other worker's timed run beside it
+        try:
+            yield session
+        finally:
+            for ctx in sessions.values():
+                ctx.close()
 
 
 @pytest.mark.slow

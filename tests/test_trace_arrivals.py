@@ -13,6 +13,9 @@ from harness.plan import plan, tokenizer_for
 from harness.scenario import ScenarioError, load
 from harness.trace_arrivals import read_trace, shipped_traces
 
+# Times nothing (read for it): may run beside another such item under xdist (harness/cores_lock.py).
+pytestmark = pytest.mark.shares_cores
+
 SCENARIO = """\
 name: {name}
 seed: 3

@@ -11,7 +11,8 @@ import pytest
 from harness import zygote
 from harness.live import ServerProcess
 
-pytestmark = pytest.mark.asyncio
+# Times nothing (read for it): may run beside another such item under xdist (harness/cores_lock.py).
+pytestmark = [pytest.mark.asyncio, pytest.mark.shares_cores]
 
 
 async def test_a_forked_server_is_its_own_process_and_ends_clean_on_sigterm():

@@ -1,0 +1,79 @@
+"""pytest plugin: under xdist (`-n 2`), items that time nothing share the cores; an item that
+measures time has the machine to itself.
+
+Every item takes a machine-wide lock (an flock on results/.cores.lock) for its whole run, its
+fixtures' set-up and tear-down included: shared for an item marked `shares_cores`, exclusive for
+every other. So a timing check (a live run's latency, parity, release delay, a drift reading, a
+peer's capacity) never runs beside another item, while timing-free work (simulated scenarios,
+whose clock is virtual; unit tests; the swarm, in simulation) runs two at a time. Unmarked is
+exclusive: an item is shared only when someone has read it and found no clock in its verdicts.
+Without xdist the lock is never contended and changes nothing.
+
+A module fixture that keeps a server between its items (a peer) holds the machine for the
+module with `hold_machine()`: an idle server of its must not sit beside another worker's timed
+run. The lock is re-entrant within a process (flock is per open file: a second lock from the
+same process on a second open would wait for itself).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import threading
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+LOCK = Path("results") / ".cores.lock"
+MARK = "shares_cores"
+
+
+class _Machine:
+    """This process's hold on the machine: the open lock file, its mode, and how deep."""
+
+    def __init__(self) -> None:
+        self.handle = None
+        self.exclusive = False
+        self.depth = 0
+        self.guard = threading.Lock()
+
+    @contextmanager
+    def hold(self, exclusive: bool):
+        """Held until the last of this process's nested holds ends, whichever ends last (a module
+        fixture's hold begins inside one item and ends inside another)."""
+        with self.guard:
+            if self.depth and exclusive and not self.exclusive:
+                raise RuntimeError("an exclusive hold inside a shared one: leave the item unmarked instead")
+            if not self.depth:
+                LOCK.parent.mkdir(parents=True, exist_ok=True)
+                self.handle = open(LOCK, "a")
+                fcntl.flock(self.handle, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+                self.exclusive = exclusive
+            self.depth += 1
+        try:
+            yield
+        finally:
+            with self.guard:
+                self.depth -= 1
+                if self.depth == 0:
+                    fcntl.flock(self.handle, fcntl.LOCK_UN)
+                    self.handle.close()
+                    self.handle = None
+
+
+MACHINE = _Machine()
+
+
+def hold_machine():
+    """The machine to this process alone (a module fixture that keeps a server, a timed run)."""
+    return MACHINE.hold(exclusive=True)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", f"{MARK}: times nothing; may run beside another such item under xdist")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem):
+    with MACHINE.hold(exclusive=item.get_closest_marker(MARK) is None):
+        yield

@@ -1,0 +1,97 @@
+"""pytest plugin: a long item says it is still running, and the suite says how far it is.
+
+An item still running after FIRST_S prints a line (its name, how long it has run, the run's
+place: items done of all, minutes spent, and minutes left where the last run's durations are
+known), then one every EVERY_S. Durations are kept in pytest's cache (.pytest_cache; absent on a
+fresh clone, where the estimate is the mean item so far). It watches pytest's log hooks, which
+xdist's workers forward, so it works with and without `-n`. Quiet items print nothing extra.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+FIRST_S = 10.0  # a wait past this says what it is doing
+EVERY_S = 30.0  # then this often: a CI log stays readable
+CACHE_KEY = "streamlab/durations"
+
+
+class Progress:
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+        self.cache = getattr(config, "cache", None)
+        self.last: dict[str, float] = (self.cache.get(CACHE_KEY, {}) if self.cache else {}) or {}
+        self.durations: dict[str, float] = {}
+        self.running: dict[str, threading.Event] = {}
+        self.done: set[str] = set()
+        self.total = 0
+        self.started = time.monotonic()
+
+    def where(self) -> str:
+        """Items done of all, minutes spent, and minutes left (the last run's durations of the
+        items not done, the mean so far for an item new since)."""
+        spent = (time.monotonic() - self.started) / 60
+        todo = self.total - len(self.done)
+        known = [self.last[i] for i in self.last if i not in self.done and i not in self.running]
+        mean = sum(self.durations[i] for i in self.done) / len(self.done) if self.done else None
+        if known and len(known) >= todo:
+            left = sum(sorted(known)[-todo:]) if todo else 0.0  # at most the slowest `todo` left
+        elif mean is not None:
+            left = sum(known) + mean * (todo - len(known))
+        else:
+            left = None
+        tail = f", about {left / 60:.0f} min left" if left is not None else ""
+        return f"{len(self.done)}/{self.total} items, {spent:.1f} min{tail}"
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, items) -> None:
+        self.total = len(items)
+
+    def pytest_xdist_node_collection_finished(self, node, ids) -> None:
+        self.total = len(ids)
+
+    def pytest_runtest_logstart(self, nodeid: str, location) -> None:
+        done = self.running[nodeid] = threading.Event()
+        began = time.monotonic()
+
+        reporter = self.config.pluginmanager.get_plugin("terminalreporter")  # registered after us
+
+        def watch() -> None:
+            wait = FIRST_S
+            while not done.wait(wait):
+                last = self.last.get(nodeid)
+                usual = f" (took {last:.0f} s last run)" if last else ""
+                line = f"  ... still running {nodeid}: {time.monotonic() - began:.0f} s{usual}; suite {self.where()}"
+                capture = self.config.pluginmanager.get_plugin("capturemanager")
+                if capture is None:
+                    reporter.write_line(line)
+                    continue
+                with capture.global_and_fixture_disabled():  # past the item's captured output, as live logs are
+                    reporter.write_line(line)
+                wait = EVERY_S
+
+        if reporter is not None:
+            threading.Thread(target=watch, name="pytest-progress", daemon=True).start()
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        self.durations[report.nodeid] = self.durations.get(report.nodeid, 0.0) + report.duration
+
+    def pytest_runtest_logfinish(self, nodeid: str, location) -> None:
+        self.done.add(nodeid)
+        done = self.running.pop(nodeid, None)
+        if done is not None:
+            done.set()
+
+    def pytest_sessionfinish(self) -> None:
+        for done in self.running.values():
+            done.set()
+        if self.cache is not None and self.durations:
+            self.cache.set(CACHE_KEY, {**self.last, **{k: round(v, 2) for k, v in self.durations.items()}})
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if not hasattr(config, "workerinput"):  # xdist's workers report through the controller
+        config.pluginmanager.register(Progress(config), "streamlab-progress")
