@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import threading
 import time
+from contextlib import nullcontext
 
 import pytest
 
@@ -64,13 +65,11 @@ class Progress:
             while not done.wait(wait):
                 last = self.last.get(nodeid)
                 usual = f" (took {last:.0f} s last run)" if last else ""
-                line = f"  ... still running {nodeid}: {time.monotonic() - began:.0f} s{usual}; suite {self.where()}"
                 capture = self.config.pluginmanager.get_plugin("capturemanager")
-                if capture is None:
-                    reporter.write_line(line)
-                    continue
-                with capture.global_and_fixture_disabled():  # past the item's captured output, as live logs are
-                    reporter.write_line(line)
+                # Past the item's captured output, as pytest's live logs are.
+                with capture.global_and_fixture_disabled() if capture is not None else nullcontext():
+                    reporter.write_line(f"  ... still running {nodeid}: {time.monotonic() - began:.0f} s{usual}; "
+                                        f"suite {self.where()}")
                 wait = EVERY_S
 
         if reporter is not None:
