@@ -10,7 +10,7 @@ the same machine finds it) with what it was fitted under: the machine's name, it
 cgroup's quota makes another machine, `scripts/dev slow`), the yardstick's time
 (harness/speed.py) and when. A cached fit is used while it still describes the machine, which
 two readings decide: the yardstick (0.1 s; it sees the engine's speed) within REFIT of its time
-then, and a probe (PROBE: one live run of three calibration scenarios, 5-15 s) whose live/sim
+then, and a probe (PROBE: two live runs of three calibration scenarios, 10-30 s) whose live/sim
 ratios under the cached fit are within PROBE_TOLERANCE of the fit's own. The probe sees what
 the yardstick cannot: the serving terms, which drift 1.1-1.45x within hours on one machine.
 Otherwise the machine is fitted again, with its progress said run by run.
@@ -53,6 +53,11 @@ PROBE_METRICS = ("ttft_s", "completion_s")
 # "stale" costs a refit (about 2 minutes), never a verdict.
 PROBE_TOLERANCE = 1.15
 PROBE_WORST = 1.6
+# Each probe scenario runs PROBE_ROUNDS times, each figure the median (for two: the mean) of its
+# runs. One run's figure spread 12-16% between probes here (a burst's TTFT most), so one probe
+# against another fell past PROBE_WORST about one time in four (a burst's TTFT at 0.57x); two
+# rounds against the fit's five put a figure's spread near a third of PROBE_WORST's margin.
+PROBE_ROUNDS = 2
 # A fit made or probed this recently holds without another probe (a second xdist worker, the
 # next command of a session): the drift the probe is for takes hours, not minutes.
 PROBE_FRESH_S = 600.0
@@ -136,20 +141,22 @@ def stale(model: str, path: Path, say=print) -> str | None:
     return None
 
 
-def probe(profile: StepCostProfile, say=print) -> dict[str, float]:
-    """One live run of each PROBE scenario, simulated under `profile`: its live/sim p50 over the
-    fit's own (calibration's live_over_sim_p50), per scenario and metric. 1.0: the machine serves
-    as it did when fitted."""
+def probe(profile: StepCostProfile, say=print, rounds: int | None = None) -> dict[str, float]:
+    """`rounds` live runs of each PROBE scenario, simulated under `profile`: its live/sim p50
+    over the fit's own (calibration's live_over_sim_p50), per scenario and metric. 1.0: the
+    machine serves as it did when fitted."""
     from harness.calibrate import calibration_scenarios, residuals
     from harness.runner import run_live, run_trace
 
+    rounds = rounds or PROBE_ROUNDS
     fitted = (profile.calibration or {}).get("live_over_sim_p50", {})
     scenarios = [s for s in calibration_scenarios(profile.model) if s.name in PROBE]
-    say(f"probing whether the cached fit of {profile.model} still holds ({len(scenarios)} live runs, 5-15 s)")
+    say(f"probing whether the cached fit of {profile.model} still holds "
+        f"({rounds * len(scenarios)} live runs, 10-30 s)")
     out = {}
     for scenario in scenarios:
-        live = run_live(scenario)[0]
-        now = residuals({scenario.name: [live]}, {scenario.name: run_trace(scenario, SimBackend(profile))[0]})
+        live = [run_live(scenario)[0] for _ in range(rounds)]
+        now = residuals({scenario.name: live}, {scenario.name: run_trace(scenario, SimBackend(profile))[0]})
         for metric in PROBE_METRICS:
             key = f"{scenario.name} {metric}"
             if now.get(key) and fitted.get(key):
