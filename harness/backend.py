@@ -17,6 +17,7 @@ from typing import Any, Protocol
 from harness.clients import Opener
 from harness.plan import PlannedClient
 from harness.scenario import Scenario
+from harness.timing import EngineReadings
 from harness.trace import ServerBooks
 from harness.wire import Wire
 
@@ -27,9 +28,10 @@ class Server(Protocol):
     def clock(self) -> float: ...  # the harness clock: seconds since the run began
     def opener_for(self, planned: PlannedClient) -> Opener: ...
     async def settle(self, drain_s: float) -> None: ...  # until nothing runs, waits or is registered (bounded)
-    # The books; with time_engine, also the drift check's timing of the engine alone (a run that
-    # is judged: a probe, a baseline or a paced simulation is not, and skips its seconds).
-    async def collect(self, time_engine: bool = False) -> ServerBooks: ...
+    # The books; with readings (harness.timing.EngineReadings), also the drift check's timing of
+    # the engine alone (a run that is judged: a probe, a baseline or a paced simulation is not,
+    # and skips its seconds).
+    async def collect(self, readings: EngineReadings | None = None) -> ServerBooks: ...
     # Identity references run through this server (None: the runner runs its own engine alone).
     async def references(self, planned: list[PlannedClient], records: list) -> dict | None: ...
 

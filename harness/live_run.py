@@ -19,6 +19,7 @@ from harness import timing
 from harness.trace import ServerBooks
 from harness.faults import ToxiproxyClient, ProxyHandle, ToxiproxyServer, find_binary
 from harness.clients import raw_opener
+from harness.cores import server_threads
 from harness.live import RunningServer, ServerProcess, target_process
 from harness.loops import run_on_live_loop
 from harness.nginx import Nginx, ensure_certificate, nginx_unavailable
@@ -85,6 +86,8 @@ class LiveServer:
                  front_port: int | None = None, proxy: ProxySpec | None = None, model: str | None = None) -> None:
         self.endpoint, self.proxies, self.wire, self.target = endpoint, proxies, wire, target
         self.model = model  # our own server's model: its steps are timed against that model's profile
+        # What our server's engine speed depends on (harness.timing.measure_engine reuses a reading by it).
+        self.same_engine: tuple | None = None
         self.front_port = front_port or endpoint.port  # where clients connect: nginx, or the server itself
         self.proxy = proxy
         self.base = time.monotonic()
@@ -116,9 +119,9 @@ class LiveServer:
         if self.watch is not None:
             await self.watch.settle(drain_s)
 
-    async def collect(self, time_engine: bool = False) -> ServerBooks:
+    async def collect(self, readings: timing.EngineReadings | None = None) -> ServerBooks:
         if self.target.profile_spec.native_books:
-            books = await self._native_books(time_engine)
+            books = await self._native_books(readings)
         else:
             books = ServerBooks(server={}, releases=[], invariants=[], ledger_problems=[])
         if self.watch is not None:
@@ -132,7 +135,7 @@ class LiveServer:
             return None
         return await self.watch.solo(planned, records)
 
-    async def _native_books(self, time_engine: bool) -> ServerBooks:
+    async def _native_books(self, readings: timing.EngineReadings | None) -> ServerBooks:
         endpoint = self.endpoint
         stats = await endpoint.get_json("/stats")
         releases = await endpoint.get_json("/debug/releases")
@@ -147,9 +150,9 @@ class LiveServer:
             s["began"] -= self.base
         return ServerBooks(server=stats, releases=releases["releases"], invariants=invariants,
                            ledger_problems=releases["ledger_problems_when_idle"], steps=steps,
-                           failure=stats.get("failure"), step_timing=await self._step_timing() if time_engine else {})
+                           failure=stats.get("failure"), step_timing=await self._step_timing(readings) if readings is not None else {})
 
-    async def _step_timing(self) -> dict:
+    async def _step_timing(self, readings: timing.EngineReadings) -> dict:
         """The server's engine alone, paired with the yardstick, timed by the server after the run
         (its /debug/engine-speed), for the drift check (harness.timing.drift)."""
         if self.model is None:
@@ -163,7 +166,7 @@ class LiveServer:
         def engine_speed() -> dict:  # on a worker thread: the server answers on the loop
             return asyncio.run_coroutine_threadsafe(self.endpoint.get_json("/debug/engine-speed", 60.0),
                                                     loop).result(90.0)
-        return await asyncio.to_thread(timing.measure_engine, engine_speed, profile)
+        return await asyncio.to_thread(readings.measure, engine_speed, profile, self.same_engine)
 
 
 class LiveBackend:
@@ -277,6 +280,9 @@ class LiveBackend:
                                                               front, g.network.toxics if g.network else [])
             server = LiveServer(endpoint, proxies, wire, self.target, front, spec,
                                 scenario.server.model if self.target.own_server else None)
+            if self.target.own_server:
+                s = scenario.server
+                server.same_engine = ("live", s.model, s.decode_attention, s.lab_step_slowdown, server_threads())
             if server.watch is not None:
                 await server.watch.begin(scenario)  # the capacity probe, then the gauge poller
             server.base = time.monotonic()  # the run's clock starts now

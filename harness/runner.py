@@ -53,6 +53,8 @@ class RunContext:
     # judged against this machine's profile (harness.machine.use_machine_profile) in the suite, `scenario run`
     # and pytest items alike.
     judge_parity_timing: bool = True
+    # The drift check's engine readings, reused between runs of the same engine (harness.timing).
+    engine_readings: timing.EngineReadings = field(default_factory=timing.EngineReadings)
     target: Target | None = None  # --target: live runs aim here instead of each scenario's own
     # The simulated trace a live run's parity and gate are judged against: "sim@machine" (this
     # machine's profile, see harness.machine.use_machine_profile, the default wherever live runs are judged) or
@@ -124,12 +126,13 @@ class RunContext:
 
 
 def run_trace(scenario: Scenario, backend: Backend, progress=None,
-              time_engine: bool = False) -> tuple[Trace, list[PlannedClient]]:
+              readings: timing.EngineReadings | None = None) -> tuple[Trace, list[PlannedClient]]:
     """Run a scenario's clients against a backend's server; the trace of what happened. Load or
     SLOs stated relative to this machine are resolved first, by a probe through the same backend
-    (harness.capacity). time_engine: the run is judged, so its server's engine is timed alone
-    after it for the drift check (about 2.6 s a run; probes, baselines, paced simulations and
-    the calibration's runs are not judged on drift and skip it)."""
+    (harness.capacity). readings: the run is judged, so its server's engine is timed alone after
+    it for the drift check, or a kept reading of the same engine reused (harness.timing.EngineReadings;
+    probes, baselines, paced simulations and the calibration's runs are not judged on drift and
+    skip it)."""
     scenario, probes = capacity.resolve(scenario, lambda probe: run_trace(probe, backend)[0])
     planned = plan(scenario, tokenizer_for(scenario.server.model))
     records = [StreamRecord(pc.group.name, pc.index, pc.group.behaviour.kind, pc.prompt, pc.request) for pc in planned]
@@ -145,7 +148,7 @@ def run_trace(scenario: Scenario, backend: Backend, progress=None,
                              deadline)
             end = server.clock()
             await server.settle(scenario.drain_s)
-            books = await server.collect(time_engine)
+            books = await server.collect(readings)
             references = await server.references(planned, records)
         return Trace.of(books, scenario=scenario.name, mode=backend.mode, seed=scenario.seed,
                         config=scenario.model_dump(mode="json"), streams=records, duration_s=end,
@@ -235,7 +238,7 @@ def run_scenario(scenario: Scenario, mode: str, ctx: RunContext, progress=None) 
     if mode not in ctx.backends:
         raise ValueError(f"unknown mode {mode!r}")
     refs = ctx.references
-    trace, planned = run_trace(scenario, ctx.backends[mode], progress, time_engine=True)
+    trace, planned = run_trace(scenario, ctx.backends[mode], progress, readings=ctx.engine_readings)
     trace.notes += left_out
     refs.traces[(scenario.name, mode)] = trace
     if not scenario.expect.identity:
@@ -257,7 +260,7 @@ def run_scenario(scenario: Scenario, mode: str, ctx: RunContext, progress=None) 
     while live and len(runs) < timing.RUNS and timing.wants_again(timed, scenario.expect.expect_failure):
         # AGAIN (harness.timing): the scenario runs once more, then its baseline scenarios just
         # after it, so a latency ratio is formed within one back-to-back pair.
-        again = run_trace(scenario, ctx.backends[mode], time_engine=True)[0]
+        again = run_trace(scenario, ctx.backends[mode], readings=ctx.engine_readings)[0]
         fresh = refs.latency_baselines(scenario, again, ctx.loader,
                                        lambda s: run_trace(ctx.prepared(s), ctx.backends[mode])[0])
         runs.append(timing.Run(again, fresh, refs.at_the_pace(scenario, again, sim, ctx.backends.get(ctx.parity_mode))))

@@ -346,13 +346,15 @@ class SimServer:
                 return
             await asyncio.sleep(SETTLE_POLL_S)
 
-    async def collect(self, time_engine: bool = False) -> ServerBooks:
+    async def collect(self, readings: timing.EngineReadings | None = None) -> ServerBooks:
         hub = self.hub
         steps = [r._asdict() for r in hub.books.step_log]
         # The engine alone on this run's code and lab slowdown, paired with the yardstick (harness.timing.drift).
-        step_timing = timing.measure_engine(
-            lambda: engine_speed(self.state["model"], hub.engine.config.decode_attention, self.slowdown),
-            self.profile) if time_engine else {}
+        attention = hub.engine.config.decode_attention
+        step_timing = readings.measure(
+            lambda: engine_speed(self.state["model"], attention, self.slowdown), self.profile,
+            same_engine=("sim", self.profile.model, attention, self.slowdown and self.slowdown.step_slowdown,
+                         server_threads())) if readings is not None else {}
         return ServerBooks(server=hub.stats(), releases=[dict(vars(r)) for r in hub.books.releases],
                            invariants=hub.engine.check_invariants(), ledger_problems=hub.engine.check_released(),
                            steps=steps, failure=hub.failure_traceback, step_timing=step_timing)

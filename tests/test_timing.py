@@ -138,7 +138,7 @@ def _mode(trace, mode: str = "live"):
 def test_the_engines_speed_in_a_simulated_run_reads_the_profiles_engine(overlap_4):
     scenario, unjudged = overlap_4
     assert unjudged.step_timing == {}  # an unjudged run does not spend seconds timing its engine
-    sim = runner.run_trace(scenario, SimBackend(), time_engine=True)[0]
+    sim = runner.run_trace(scenario, SimBackend(), readings=timing.EngineReadings())[0]
     assert 0.8 < timing.engine_over_yardstick(sim) < 1.25, sim.step_timing
 
 
@@ -172,6 +172,36 @@ def test_a_slowdown_written_into_the_engines_step_fails_drift_in_simulation(monk
     outcome = runner.run_scenario(load_by_name("overlap_8"), "sim", ctx())
     drift = next(c for c in outcome.checks if c.name == "profile_drift")
     assert not drift.passed and not outcome.ok, drift.line()
+
+
+def test_a_passing_engine_reading_is_reused_by_the_same_engine_and_a_failing_one_never(monkeypatch):
+    profile = load_profile("tiny")
+    then, pairs = profile.reference_s["decode_s"], profile.reference_s["pairs"]
+    calls = []
+
+    def reading(engine_over_yardstick: float):
+        def engine_speed():
+            calls.append(engine_over_yardstick)
+            return {"decode_s": {b: profile.decode_cost(int(b)) for b in then}, "yardstick_s": dict(then),
+                    "engine_over_yardstick": {b: engine_over_yardstick * pairs[b] for b in then}}
+        return engine_speed
+
+    readings = timing.EngineReadings()
+    first = readings.measure(reading(1.0), profile, ("live", "tiny"))
+    again = readings.measure(reading(1.0), profile, ("live", "tiny"))
+    assert len(calls) == timing.AT_LEAST and "reused_after_s" in again
+    assert again["engine_over_yardstick"] == first["engine_over_yardstick"]
+    calls.clear()
+    slower = readings.measure(reading(1.5), profile, ("live", "tiny", 1.5))  # another engine: read afresh
+    assert len(calls) == timing.READINGS and slower["engine_over_yardstick"] > timing.DRIFT
+    calls.clear()
+    readings.measure(reading(1.5), profile, ("live", "tiny", 1.5))  # a failing reading is never kept
+    readings.measure(reading(1.0), profile, None)  # no key: nothing is reused
+    assert len(calls) == timing.READINGS + timing.AT_LEAST
+    calls.clear()
+    monkeypatch.setattr(timing.EngineReadings, "KEEP_S", 0.0)  # too old: read again
+    readings.measure(reading(1.0), profile, ("live", "tiny"))
+    assert len(calls) == timing.AT_LEAST
 
 
 def test_the_lab_step_slowdown_fails_drift_in_simulation():
