@@ -61,6 +61,12 @@ PROBE_ROUNDS = 2
 # A fit made or probed this recently holds without another probe (a second xdist worker, the
 # next command of a session): the drift the probe is for takes hours, not minutes.
 PROBE_FRESH_S = 600.0
+# A fit made or probed by this same test run holds for its other xdist workers however long ago
+# (pytest-xdist gives every worker of one run the same PYTEST_XDIST_TESTRUNUID): one run judges
+# all its live items against one fit, as its first worker does. A second worker's first live item
+# can come 30 minutes after the first's (a long module in between), and its probe then refitted
+# in a CI run here (143 s) where the first worker went on with the fit it had.
+RUN_ID = "PYTEST_XDIST_TESTRUNUID"
 # A fit older than this is made again whatever the probe says (a week: new packages, a moved
 # container); the probe, not the age, is what catches a drift within hours.
 MAX_AGE_S = 7 * 24 * 3600.0
@@ -99,7 +105,8 @@ def machine_profile(model: str, say=print, refit: bool = False) -> StepCostProfi
 
     started = time.monotonic()
     profile = calibrate(model, say=say, repeats=ROUNDS, measure_transport=False)
-    _write(path, {**asdict(profile), "fitted_under": {**fitted_under(), "at": time.time()}})
+    _write(path, {**asdict(profile), "fitted_under": {**fitted_under(), "at": time.time()},
+                  "checked_by_run": os.environ.get(RUN_ID)})
     say(f"fitted in {time.monotonic() - started:.0f} s, cached in {path}")
     return profile
 
@@ -124,6 +131,11 @@ def stale(model: str, path: Path, say=print) -> str | None:
     if not then or not 1 / REFIT <= now.step_s / then <= REFIT:
         return f"the yardstick moved {now.step_s / then if then else float('nan'):.2f}x since the fit"
     checked = max(under.get("at", 0), data.get("probed_at", 0))
+    this_run = os.environ.get(RUN_ID)
+    if this_run and data.get("checked_by_run") == this_run:
+        say(f"the cached fit of {model} holds: yardstick {now.step_s / then:.2f}x, fitted or probed by this "
+            f"test run's other worker {time.time() - checked:.0f} s ago")
+        return None
     if time.time() - checked < PROBE_FRESH_S:
         say(f"the cached fit of {model} holds: yardstick {now.step_s / then:.2f}x, fitted or probed "
             f"{time.time() - checked:.0f} s ago")
@@ -137,7 +149,7 @@ def stale(model: str, path: Path, say=print) -> str | None:
         return f"the probe's live/sim moved from the fit's: median {middle:.2f}x, worst {worst:.2f}x ({shown})"
     say(f"the cached fit of {model} holds: yardstick {now.step_s / then:.2f}x, probe median {middle:.2f}x, "
         f"worst {worst:.2f}x of the fit's live/sim ({shown})")
-    _write(path, {**data, "probed_at": time.time()})
+    _write(path, {**data, "probed_at": time.time(), "checked_by_run": os.environ.get(RUN_ID)})
     return None
 
 

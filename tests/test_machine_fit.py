@@ -48,3 +48,22 @@ def test_the_probe_keeps_a_fit_that_holds_and_refits_one_that_does_not(tmp_path,
     reason = machine.stale("tiny", path, say=lambda line: None)
     assert reason is not None and "probe" in reason, reason
     assert "probed_at" not in json.loads(path.read_text())  # a refused fit is not marked as checked
+
+
+def test_a_fit_this_test_run_checked_holds_for_its_other_workers_without_a_probe(tmp_path, monkeypatch):
+    committed = load_profile("tiny")
+    yardstick = speed.Reading(committed.model, {1: committed.reference_s["step_s"]})  # not moved
+    monkeypatch.setattr(machine.speed, "measure", lambda model, *a, **k: yardstick)
+
+    def no_probe(*args, **kwargs):
+        raise AssertionError("probed a fit this run already checked")
+
+    path = tmp_path / "tiny.json"
+    _cached(path, committed, {}, yardstick)
+    monkeypatch.setenv(machine.RUN_ID, "run-a")
+    path.write_text(json.dumps({**json.loads(path.read_text()), "checked_by_run": "run-a"}))
+    monkeypatch.setattr(machine, "probe", no_probe)
+    assert machine.stale("tiny", path, say=lambda line: None) is None
+    monkeypatch.setenv(machine.RUN_ID, "run-b")  # another run probes it (an hour old)
+    with pytest.raises(AssertionError, match="probed"):
+        machine.stale("tiny", path, say=lambda line: None)
