@@ -19,7 +19,6 @@ from harness import timing
 from harness.trace import ServerBooks
 from harness.faults import ToxiproxyClient, ProxyHandle, ToxiproxyServer, find_binary
 from harness.clients import raw_opener
-from harness.cores import server_threads
 from harness.live import RunningServer, ServerProcess, target_process
 from harness.loops import run_on_live_loop
 from harness.nginx import Nginx, ensure_certificate, nginx_unavailable
@@ -86,7 +85,7 @@ class LiveServer:
                  front_port: int | None = None, proxy: ProxySpec | None = None, model: str | None = None) -> None:
         self.endpoint, self.proxies, self.wire, self.target = endpoint, proxies, wire, target
         self.model = model  # our own server's model: its steps are timed against that model's profile
-        # What our server's engine speed depends on (harness.timing.measure_engine reuses a reading by it).
+        # What our server's engine speed depends on (harness.timing.EngineReadings reuses a reading by it).
         self.same_engine: tuple | None = None
         self.front_port = front_port or endpoint.port  # where clients connect: nginx, or the server itself
         self.proxy = proxy
@@ -281,8 +280,7 @@ class LiveBackend:
             server = LiveServer(endpoint, proxies, wire, self.target, front, spec,
                                 scenario.server.model if self.target.own_server else None)
             if self.target.own_server:
-                s = scenario.server
-                server.same_engine = ("live", s.model, s.decode_attention, s.lab_step_slowdown, server_threads())
+                server.same_engine = timing.same_engine("live", scenario.server)
             if server.watch is not None:
                 await server.watch.begin(scenario)  # the capacity probe, then the gauge poller
             server.base = time.monotonic()  # the run's clock starts now

@@ -132,13 +132,10 @@ def stale(model: str, path: Path, say=print) -> str | None:
         return f"the yardstick moved {now.step_s / then if then else float('nan'):.2f}x since the fit"
     checked = max(under.get("at", 0), data.get("probed_at", 0))
     this_run = os.environ.get(RUN_ID)
-    if this_run and data.get("checked_by_run") == this_run:
-        say(f"the cached fit of {model} holds: yardstick {now.step_s / then:.2f}x, fitted or probed by this "
-            f"test run's other worker {time.time() - checked:.0f} s ago")
-        return None
-    if time.time() - checked < PROBE_FRESH_S:
+    by_this_run = bool(this_run) and data.get("checked_by_run") == this_run
+    if by_this_run or time.time() - checked < PROBE_FRESH_S:
         say(f"the cached fit of {model} holds: yardstick {now.step_s / then:.2f}x, fitted or probed "
-            f"{time.time() - checked:.0f} s ago")
+            f"{time.time() - checked:.0f} s ago{' by this test run' if by_this_run else ''}")
         return None
     ratios = probe(load_profile(model, path), say)
     if not ratios:

@@ -309,6 +309,8 @@ class SimServer:
                  slowdown: FaultPlan | None = None) -> None:
         self.app, self.state, self.profile, self.step_clock = app, state, profile, clock
         self.slowdown = slowdown  # the lab's slower engine, for the engine's speed after the run
+        # What the engine's speed depends on (harness.timing.EngineReadings reuses a reading by it).
+        self.same_engine: tuple | None = None
         self.wire = StreamlabWire(api_key=api_key)
         self.hub: Hub = state["hub"]
         self.loop = asyncio.get_running_loop()
@@ -350,11 +352,9 @@ class SimServer:
         hub = self.hub
         steps = [r._asdict() for r in hub.books.step_log]
         # The engine alone on this run's code and lab slowdown, paired with the yardstick (harness.timing.drift).
-        attention = hub.engine.config.decode_attention
         step_timing = readings.measure(
-            lambda: engine_speed(self.state["model"], attention, self.slowdown), self.profile,
-            same_engine=("sim", self.profile.model, attention, self.slowdown and self.slowdown.step_slowdown,
-                         server_threads())) if readings is not None else {}
+            lambda: engine_speed(self.state["model"], hub.engine.config.decode_attention, self.slowdown),
+            self.profile, self.same_engine) if readings is not None else {}
         return ServerBooks(server=hub.stats(), releases=[dict(vars(r)) for r in hub.books.releases],
                            invariants=hub.engine.check_invariants(), ledger_problems=hub.engine.check_released(),
                            steps=steps, failure=hub.failure_traceback, step_timing=step_timing)
@@ -394,6 +394,7 @@ class SimBackend:
             slow = scenario.server.lab_step_slowdown
             server = SimServer(app, state, profile, clock, scenario.server.api_key,
                                FaultPlan(step_slowdown=slow) if slow != 1 else None)
+            server.same_engine = timing.same_engine("sim", scenario.server)
             driver = loop.create_task(drive(state["hub"], clock))
             try:
                 yield server

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from harness.trace import Trace, holds_nothing, interquartile_mean, metric_values, outcomes, percentile
+from harness.cores import server_threads
 from harness.cpu_quota import quota_pause_s
 from harness.verdict import CheckResult
 
@@ -485,6 +486,13 @@ READINGS = 3  # the engine and the yardstick are read again while their figure i
 # ...and at least twice: one reading is 14 burst pairs in about a second, and one second of a
 # shared machine can spoil it.
 AT_LEAST = 2
+
+
+def same_engine(mode: str, server) -> tuple:
+    """What a run's engine speed depends on, from its scenario's server spec: all that
+    streamlab.bench_step.engine_speed builds its engine from (model, decode attention, the lab's
+    slowdown) and the threads a server gets (harness.cores), per mode (EngineReadings' key)."""
+    return mode, server.model, server.decode_attention, server.lab_step_slowdown, server_threads()
 
 
 class EngineReadings:
