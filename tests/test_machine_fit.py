@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from harness import machine, speed
+from harness import machine, runner, speed
 from harness.live_run import live_unavailable
 from harness.profile import load_profile
 
@@ -35,18 +35,32 @@ def test_the_probe_keeps_a_fit_that_holds_and_refits_one_that_does_not(tmp_path,
     # 0.1 s yardstick beside another worker), which refits in real use but failed this test.
     yardstick = speed.measure(committed.model)
     monkeypatch.setattr(machine.speed, "measure", lambda model, *a, **k: yardstick)
-    # What this machine reads against the committed profile, figure by figure: with them, the
-    # committed profile's live/sim are those of a fit that describes this machine.
-    here = machine.probe(committed, say=lambda line: None)
+    # Real live runs of the probe's scenarios, once; stale() then judges those same runs. This
+    # tests the decision, not how steady the machine is: two probes a minute apart read a median
+    # of 1.16x in a CI run (every figure 1.08-1.30x: the machine, not the probe), which refits in
+    # real use but failed this test. How far probes spread is docs/HARNESS.md's figure.
+    recorded: dict[str, list] = {}
+    real_run_live = runner.run_live
+
+    def recording(scenario, progress=None):
+        run = real_run_live(scenario, progress)
+        recorded.setdefault(scenario.name, []).append(run)
+        return run
+
+    monkeypatch.setattr(runner, "run_live", recording)
+    here = machine.probe(committed, say=lambda line: None)  # this machine against the committed fit
+    assert set(here) == {f"{s} {m}" for s in machine.PROBE for m in machine.PROBE_METRICS}, here
+    replays = {name: iter(runs * 2) for name, runs in recorded.items()}
+    monkeypatch.setattr(runner, "run_live", lambda scenario, progress=None: next(replays[scenario.name]))
     path = tmp_path / "tiny.json"
-    _cached(path, committed, here, yardstick)
+    _cached(path, committed, here, yardstick)  # a fit that describes what these runs read
     assert machine.stale("tiny", path, say=lambda line: None) is None
-    # As if the machine served 1.5x slower when it was fitted than it does now: one round of
-    # the probe tells that apart (its median moves 1.5x against a tolerance of 1.15x).
+    assert "probed_at" in json.loads(path.read_text())  # a kept fit is marked as checked
+    # As if the machine served 1.5x slower when it was fitted than it does now: the probe's
+    # median moves 1.5x against a tolerance of 1.15x.
     _cached(path, committed, {k: v * 1.5 for k, v in here.items()}, yardstick)
-    monkeypatch.setattr(machine, "PROBE_ROUNDS", 1)
     reason = machine.stale("tiny", path, say=lambda line: None)
-    assert reason is not None and "probe" in reason, reason
+    assert reason is not None and "probe" in reason and "median 0.67x" in reason, reason
     assert "probed_at" not in json.loads(path.read_text())  # a refused fit is not marked as checked
 
 
