@@ -263,10 +263,12 @@ SERVING_TERMS = ("serving_s", "serving_per_byte_s", "client_per_byte_s", "per_re
 
 
 def calibrate(model: str, engine_only: bool = False, say=print, repeats: int = REPEATS,
-              measure_transport: bool = True) -> StepCostProfile:
+              measure_transport: bool = True, each_round: bool = True) -> StepCostProfile:
     """The whole profile: engine terms in-process, transport terms (`lab buffers`), then the
-    serving terms fitted on `repeats` rounds of live calibration runs together; each term is
-    also fitted on each round alone, and that spread is stored with it."""
+    serving terms fitted on `repeats` rounds of live calibration runs together; with `each_round`,
+    each term is also fitted on each round alone, and that spread is stored with it (a report
+    for the committed profile: it costs as many simulations again as the fit itself, and
+    nothing judges by it)."""
     import asyncio
 
     from harness.lab import measure_buffers
@@ -302,11 +304,12 @@ def calibrate(model: str, engine_only: bool = False, say=print, repeats: int = R
                 f"({done}/{total} runs, {spent:.0f} s, about {spent / done * (total - done):.0f} s left)")
     live = {s.name: [r[s.name][0] for r in rounds] for s in scenarios}
     by_name = {s.name: s for s in scenarios}
-    say(f"fit: the serving terms from the {total} runs, each term also round by round (simulations of the "
-        f"runs; about as long again as the runs took)")
+    by_round = each_round and repeats > 1
+    say(f"fit: the serving terms from the {total} runs{', each term also round by round' if by_round else ''} "
+        f"(simulations of the runs; about {'as long again as' if by_round else 'half as long as'} the runs took)")
     profile, counts = fit_terms(profile, live, by_name, solo)
-    by_round = [fit_terms(profile, r, by_name, solo)[0] for r in rounds] if repeats > 1 else []
-    spread = {term: [_rounded(getattr(p, term)) for p in by_round] for term in SERVING_TERMS}
+    each = [fit_terms(profile, r, by_name, solo)[0] for r in rounds] if by_round else []
+    spread = {term: [_rounded(getattr(p, term)) for p in each] for term in SERVING_TERMS}
     sims = {s.name: run_trace(s, SimBackend(profile))[0] for s in scenarios}
     fit = residuals(live, sims)
     profile = dataclasses.replace(profile, calibration={

@@ -49,7 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
     for p in (run, suite):
         p.add_argument("--parity-profile", choices=["machine", "committed"], default="machine",
                        help="the cost model live runs are judged against (parity, the live gate): this machine's, "
-                            "fitted here and cached in ~/.cache/streamlab/profiles/ (3-8 minutes on 2 cores when it is not; a 5-15 s probe when it is; default), or the "
+                            "fitted here and cached in ~/.cache/streamlab/profiles/ (1.5-3 minutes on 2 cores when it is not; a 5-15 s probe when it is; default), or the "
                             "committed scenarios/profiles/<model>.json (another machine's seconds: comparison only)")
         p.add_argument("--refit", action="store_true", help="fit this machine's cost model again, cached or not")
         p.add_argument("--lab-step-slowdown", type=float, default=1.0, metavar="F",

@@ -3,7 +3,7 @@ the machine moved.
 
 `streamlab scenario calibrate` fits a whole profile (engine terms in-process, serving terms from
 live runs of scenarios/calibration/) and writes the committed one. The same fit, made on the
-machine that runs the live scenarios (five rounds, 3-8 minutes on 2 cores, the transport terms
+machine that runs the live scenarios (five rounds, 1.5-3 minutes on 2 cores, the transport terms
 kept from the committed file), is what a live run is judged against: the committed profile
 describes another machine. It is cached outside the checkout (streamlab.cache: a fresh clone on
 the same machine finds it) with what it was fitted under: the machine's name, its CPU quota (a
@@ -58,6 +58,12 @@ PROBE_WORST = 1.6
 # against another fell past PROBE_WORST about one time in four (a burst's TTFT at 0.57x); two
 # rounds against the fit's five put a figure's spread near a third of PROBE_WORST's margin.
 PROBE_ROUNDS = 2
+# A probe whose median lands past PROBE_TOLERANCE but within PROBE_SURE runs its rounds once more,
+# and the fit is judged on all its runs together. Two probes a minute apart read a median of 1.16x
+# in a CI run (every figure 1.08-1.30x: the machine's minute, not a drift of hours), and a probe
+# under a 0.5 quota 0.86x; each refit costs about 2.5 minutes, a second probe 10-30 s. A drift the
+# probe is for stays past the tolerance in the pooled runs; one past PROBE_SURE is refitted at once.
+PROBE_SURE = 1.3
 # A fit made or probed this recently holds without another probe (a second xdist worker, the
 # next command of a session): the drift the probe is for takes hours, not minutes.
 PROBE_FRESH_S = 600.0
@@ -93,18 +99,18 @@ def cache_path(model: str) -> Path:
 
 def machine_profile(model: str, say=print, refit: bool = False) -> StepCostProfile:
     """This machine's profile of `model`: the cached fit while it still describes the machine,
-    otherwise a new fit (3-8 minutes on 2 cores), cached."""
+    otherwise a new fit (1.5-3 minutes on 2 cores), cached."""
     path = cache_path(model)
     reason = "no fit cached for this machine" if not path.exists() else "asked to refit" if refit else None
     if reason is None:
         reason = stale(model, path, say)
         if reason is None:
             return load_profile(model, path)
-    say(f"fitting this machine's cost model for {model} ({reason}; 3-8 minutes on 2 cores, cached in {CACHE})")
+    say(f"fitting this machine's cost model for {model} ({reason}; 1.5-3 minutes on 2 cores, cached in {CACHE})")
     from harness.calibrate import calibrate  # the fit runs scenarios: the runner, which reads this module's output
 
     started = time.monotonic()
-    profile = calibrate(model, say=say, repeats=ROUNDS, measure_transport=False)
+    profile = calibrate(model, say=say, repeats=ROUNDS, measure_transport=False, each_round=False)
     _write(path, {**asdict(profile), "fitted_under": {**fitted_under(), "at": time.time()},
                   "checked_by_run": os.environ.get(RUN_ID)})
     say(f"fitted in {time.monotonic() - started:.0f} s, cached in {path}")
@@ -137,35 +143,56 @@ def stale(model: str, path: Path, say=print) -> str | None:
         say(f"the cached fit of {model} holds: yardstick {now.step_s / then:.2f}x, fitted or probed "
             f"{time.time() - checked:.0f} s ago{' by this test run' if by_this_run else ''}")
         return None
-    ratios = probe(load_profile(model, path), say)
+    fit, runs = load_profile(model, path), {}
+    ratios = probe(fit, say, live=runs)
     if not ratios:
         return "the probe measured nothing to compare"
-    middle, worst = statistics.median(ratios.values()), max(max(r, 1 / r) for r in ratios.values())
-    shown = ", ".join(f"{k} {v:.2f}" for k, v in ratios.items())
-    if not 1 / PROBE_TOLERANCE <= middle <= PROBE_TOLERANCE or worst > PROBE_WORST:
-        return f"the probe's live/sim moved from the fit's: median {middle:.2f}x, worst {worst:.2f}x ({shown})"
-    say(f"the cached fit of {model} holds: yardstick {now.step_s / then:.2f}x, probe median {middle:.2f}x, "
-        f"worst {worst:.2f}x of the fit's live/sim ({shown})")
+    moved = _probe_moved(ratios)
+    if moved and 1 / PROBE_SURE <= statistics.median(ratios.values()) <= PROBE_SURE:
+        say(f"{moved}: within {PROBE_SURE}x, so the probe runs again and judges its runs together")
+        ratios = probe(fit, say, live=runs)
+        moved = _probe_moved(ratios)
+    if moved:
+        return moved
+    say(f"the cached fit of {model} holds: yardstick {now.step_s / then:.2f}x, {_shown(ratios)}")
     _write(path, {**data, "probed_at": time.time(), "checked_by_run": os.environ.get(RUN_ID)})
     return None
 
 
-def probe(profile: StepCostProfile, say=print, rounds: int | None = None) -> dict[str, float]:
+def _shown(ratios: dict[str, float]) -> str:
+    middle, worst = statistics.median(ratios.values()), max(max(r, 1 / r) for r in ratios.values())
+    each = ", ".join(f"{k} {v:.2f}" for k, v in ratios.items())
+    return f"probe median {middle:.2f}x, worst {worst:.2f}x of the fit's live/sim ({each})"
+
+
+def _probe_moved(ratios: dict[str, float]) -> str | None:
+    """Why the probe's figures say the fit no longer holds, or None."""
+    middle, worst = statistics.median(ratios.values()), max(max(r, 1 / r) for r in ratios.values())
+    if not 1 / PROBE_TOLERANCE <= middle <= PROBE_TOLERANCE or worst > PROBE_WORST:
+        return f"the probe's live/sim moved from the fit's: {_shown(ratios)}"
+    return None
+
+
+def probe(profile: StepCostProfile, say=print, rounds: int | None = None,
+          live: dict[str, list] | None = None) -> dict[str, float]:
     """`rounds` live runs of each PROBE scenario, simulated under `profile`: its live/sim p50
     over the fit's own (calibration's live_over_sim_p50), per scenario and metric. 1.0: the
-    machine serves as it did when fitted."""
+    machine serves as it did when fitted. `live` (a scenario's name -> its runs) keeps the runs:
+    a second probe with the same dict is judged on both probes' runs."""
     from harness.calibrate import calibration_scenarios, residuals
     from harness.runner import run_live, run_trace
 
     rounds = rounds or PROBE_ROUNDS
+    live = {} if live is None else live
     fitted = (profile.calibration or {}).get("live_over_sim_p50", {})
     scenarios = [s for s in calibration_scenarios(profile.model) if s.name in PROBE]
     say(f"probing whether the cached fit of {profile.model} still holds "
         f"({rounds * len(scenarios)} live runs, 10-30 s)")
     out = {}
     for scenario in scenarios:
-        live = [run_live(scenario)[0] for _ in range(rounds)]
-        now = residuals({scenario.name: live}, {scenario.name: run_trace(scenario, SimBackend(profile))[0]})
+        runs = live.setdefault(scenario.name, [])
+        runs += [run_live(scenario)[0] for _ in range(rounds)]
+        now = residuals({scenario.name: runs}, {scenario.name: run_trace(scenario, SimBackend(profile))[0]})
         for metric in PROBE_METRICS:
             key = f"{scenario.name} {metric}"
             if now.get(key) and fitted.get(key):

@@ -50,18 +50,31 @@ def test_the_probe_keeps_a_fit_that_holds_and_refits_one_that_does_not(tmp_path,
     monkeypatch.setattr(runner, "run_live", recording)
     here = machine.probe(committed, say=lambda line: None)  # this machine against the committed fit
     assert set(here) == {f"{s} {m}" for s in machine.PROBE for m in machine.PROBE_METRICS}, here
-    replays = {name: iter(runs * 2) for name, runs in recorded.items()}
-    monkeypatch.setattr(runner, "run_live", lambda scenario, progress=None: next(replays[scenario.name]))
+    replayed: list[str] = []
+
+    def replay(scenario, progress=None):  # each probe reads the recorded runs in their order
+        runs = recorded[scenario.name]
+        replayed.append(scenario.name)
+        return runs[(replayed.count(scenario.name) - 1) % len(runs)]
+
+    monkeypatch.setattr(runner, "run_live", replay)
     path = tmp_path / "tiny.json"
     _cached(path, committed, here, yardstick)  # a fit that describes what these runs read
     assert machine.stale("tiny", path, say=lambda line: None) is None
     assert "probed_at" in json.loads(path.read_text())  # a kept fit is marked as checked
     # As if the machine served 1.5x slower when it was fitted than it does now: the probe's
     # median moves 1.5x against a tolerance of 1.15x.
+    runs_per_probe = len(replayed)
     _cached(path, committed, {k: v * 1.5 for k, v in here.items()}, yardstick)
     reason = machine.stale("tiny", path, say=lambda line: None)
     assert reason is not None and "probe" in reason and "median 0.67x" in reason, reason
     assert "probed_at" not in json.loads(path.read_text())  # a refused fit is not marked as checked
+    assert len(replayed) == 2 * runs_per_probe  # past PROBE_SURE: refused on one probe
+    # 1.2x: past the tolerance, within PROBE_SURE: probed again, and refused on both probes' runs.
+    _cached(path, committed, {k: v * 1.2 for k, v in here.items()}, yardstick)
+    reason = machine.stale("tiny", path, say=lambda line: None)
+    assert reason is not None and "median 0.83x" in reason, reason
+    assert len(replayed) == 4 * runs_per_probe
 
 
 def test_a_fit_this_test_run_checked_holds_for_its_other_workers_without_a_probe(tmp_path, monkeypatch):
