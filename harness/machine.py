@@ -148,7 +148,7 @@ def stale(model: str, path: Path, say=print) -> str | None:
     if not ratios:
         return "the probe measured nothing to compare"
     moved = _probe_moved(ratios)
-    if moved and 1 / PROBE_SURE <= statistics.median(ratios.values()) <= PROBE_SURE:
+    if moved and 1 / PROBE_SURE <= _spread(ratios)[0] <= PROBE_SURE:
         say(f"{moved}: within {PROBE_SURE}x, so the probe runs again and judges its runs together")
         ratios = probe(fit, say, live=runs)
         moved = _probe_moved(ratios)
@@ -159,15 +159,20 @@ def stale(model: str, path: Path, say=print) -> str | None:
     return None
 
 
+def _spread(ratios: dict[str, float]) -> tuple[float, float]:
+    """The probe's figures as (their median, the one furthest from 1.0 either way)."""
+    return statistics.median(ratios.values()), max(max(r, 1 / r) for r in ratios.values())
+
+
 def _shown(ratios: dict[str, float]) -> str:
-    middle, worst = statistics.median(ratios.values()), max(max(r, 1 / r) for r in ratios.values())
+    middle, worst = _spread(ratios)
     each = ", ".join(f"{k} {v:.2f}" for k, v in ratios.items())
     return f"probe median {middle:.2f}x, worst {worst:.2f}x of the fit's live/sim ({each})"
 
 
 def _probe_moved(ratios: dict[str, float]) -> str | None:
     """Why the probe's figures say the fit no longer holds, or None."""
-    middle, worst = statistics.median(ratios.values()), max(max(r, 1 / r) for r in ratios.values())
+    middle, worst = _spread(ratios)
     if not 1 / PROBE_TOLERANCE <= middle <= PROBE_TOLERANCE or worst > PROBE_WORST:
         return f"the probe's live/sim moved from the fit's: {_shown(ratios)}"
     return None

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import time
 
 from harness.rawhttp import RawExchange
@@ -170,21 +171,17 @@ class TargetWatch:
         runs = [(i, pc) for i, pc in enumerate(planned)
                 if pc.group.behaviour.kind != "bad_request" and pc.request["temperature"] == 0 and records[i].token_times]
         key = {i: json.dumps([pc.prompt, pc.request], sort_keys=True) for i, pc in runs}
-        needed: dict[str, int | None] = {}  # a request's solo length; None: to its end
+        needed: dict[str, float] = {}  # a request's solo length; inf: to its end (a stream without ids)
         for i, _ in runs:
             ids = records[i].token_ids if self.profile.token_ids else []
-            cut = len(ids) + 1 if ids else None
-            if key[i] not in needed:
-                needed[key[i]] = cut
-            elif needed[key[i]] is not None:
-                needed[key[i]] = None if cut is None else max(needed[key[i]], cut)
+            needed[key[i]] = max(needed.get(key[i], 0), len(ids) + 1 if ids else math.inf)
         out: dict[int, list[int] | str | None] = {}
         done: dict[str, list[int] | str | None] = {}
         for i, pc in runs:
             if key[i] not in done:
                 request = pc.request
-                if needed[key[i]] is not None and needed[key[i]] < request["max_new_tokens"]:
-                    request = {**request, "max_new_tokens": needed[key[i]]}
+                if needed[key[i]] < request["max_new_tokens"]:
+                    request = {**request, "max_new_tokens": int(needed[key[i]])}
                 alone, _ = await self._alone(wire.body(pc.prompt, request), SOLO_DEADLINE_S)
                 if alone.finish not in NORMAL_FINISHES:
                     done[key[i]] = None  # the target could not run it alone (refused, or broken by then)
