@@ -4,10 +4,10 @@ run in simulation and live. Goodput: requests that met the group's SLO, per seco
 
 from __future__ import annotations
 
-from harness import runner
-from harness.capacity import group_slos
-from harness.trace import goodput, metric_values, outcomes, percentile
-from harness.scenario import load_by_name
+from harness.run import runner
+from harness.run.capacity import group_slos
+from harness.record.trace import goodput, metric_values, outcomes, percentile
+from harness.format.scenario import load_by_name
 
 RULES = ("waiting_limit", "deadline")
 

@@ -129,8 +129,8 @@ def overlap_section(d: dict) -> str:
         out += ["### The peers: transformers serve, llama-server and vLLM, on the same weights", "",
                 "Each peer serves the same model, `gpt2-small-random`, exported by `streamlab export` as it loads "
                 "it (a transformers folder; one GGUF file for llama-server), started as a target run starts it "
-                "(`harness/targets.py`), one after another in the same run as ours, and is asked through the "
-                "harness's own client for its OpenAI route (`harness/wire.py`): streaming `/v1/completions`, "
+                "(`harness/format/target.py`), one after another in the same run as ours, and is asked through the "
+                "harness's own client for its OpenAI route (`harness/clients/wire.py`): streaming `/v1/completions`, "
                 "greedy (temperature 0), its end of text switched off as ours is. Same client, same prompts. "
                 "Each peer runs each level below 32 once (to keep the command short) and 32, the headline, as "
                 "often as ours. Identity: each stream at 32 against our solo run of the same prompt, by token "
@@ -160,7 +160,7 @@ def overlap_section(d: dict) -> str:
                 f"{bound['engine_tokens_per_s']['median']:.0f} tokens/s on {bound.get('torch_threads', '?')} torch "
                 "threads" + (f", and {bound['engine_server_threads_s']['median']:.2f} s, "
                              f"{bound['engine_server_threads_tokens_per_s']['median']:.0f} tokens/s on the "
-                             f"{bound['server_threads']} a server the harness starts gets (harness/cores.py: the "
+                             f"{bound['server_threads']} a server the harness starts gets (harness/machine/cores.py: the "
                              "other core is left to its event loop and the clients)"
                              if bound.get("engine_server_threads_s") else "") + ".", ""]
     steps = sorted((s for s in ours.get("steps_at_32", []) if s.get("decode_step_at_32_median_s")),

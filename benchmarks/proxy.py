@@ -12,9 +12,9 @@ from __future__ import annotations
 import statistics
 import tracemalloc
 
-from harness.trace import metric_values, percentile
-from harness.runner import run_live
-from harness.scenario import Scenario, load_by_name
+from harness.record.trace import metric_values, percentile
+from harness.run.runner import run_live
+from harness.format.scenario import Scenario, load_by_name
 from streamlab.config import ResumeConfig
 from streamlab.streams import StreamEvent
 

@@ -17,8 +17,8 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from harness.scenario import SCENARIOS_DIR, ScenarioError, json_schema, load
-from harness.targets import TARGETS
+from harness.format.scenario import SCENARIOS_DIR, ScenarioError, json_schema, load
+from harness.format.target import TARGETS
 from streamlab.defects import DEFECTS
 
 SCHEMA_PATH = SCENARIOS_DIR / "schema.json"
@@ -103,8 +103,8 @@ def main(argv: list[str] | None = None) -> int:
         console.print(f"wrote {SCHEMA_PATH} and the generated sections of {write_readme()}")
         return 0
     if args.scenario_command == "baseline":
-        from harness.baseline import BASELINES, figures_from_results, load_baselines, save_baselines
-        from harness.runner import RESULTS
+        from harness.judge.baselines import BASELINES, figures_from_results, load_baselines, save_baselines
+        from harness.run.runner import RESULTS
         data = load_baselines()
         fresh = figures_from_results(RESULTS)
         for name, modes in fresh.items():
@@ -113,16 +113,16 @@ def main(argv: list[str] | None = None) -> int:
         console.print(f"wrote {BASELINES}: {sum(len(m) for m in fresh.values())} scenario runs from {RESULTS}")
         return 0
     if args.scenario_command == "swarm":
-        from harness.swarm_report import run_swarm
+        from harness.swarm.report import run_swarm
         return run_swarm(console, args)
     if args.scenario_command == "targets-report":
         from harness.targets_report import write_page
         console.print(f"wrote {write_page(lambda line: console.print(line, highlight=False))}")
         return 0
     if args.scenario_command == "calibrate":
-        from harness.calibrate import calibrate
+        from harness.fit.calibrate import calibrate
         if args.pairs_only:
-            from harness.profile import engine_pairs, load_profile
+            from harness.machine.cost_model import engine_pairs, load_profile
             old = load_profile(args.model)
             profile = dataclasses.replace(old, reference_s={**old.reference_s, "pairs": engine_pairs(args.model)})
             console.print(f"engine over yardstick, per batch: {profile.reference_s['pairs']}")
@@ -132,8 +132,8 @@ def main(argv: list[str] | None = None) -> int:
         console.print(profile)
         console.print(f"wrote {profile.save()}")
         return 0
-    from harness.runner import RunContext
-    from harness.targets import resolve_target
+    from harness.run.runner import RunContext
+    from harness.format.target import resolve_target
     try:
         target = None if args.target is None else resolve_target(args.target, args.target_api, args.target_model,
                                                                  args.target_profile)
@@ -142,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     sharding = None
     if args.workers is not None or args.ray is not None:
-        from harness.shards import Sharding, sharding_unavailable
+        from harness.live.shards import Sharding, sharding_unavailable
 
         if sharding_unavailable():
             console.print(f"[red]--workers/--ray: {sharding_unavailable()}[/]")
@@ -160,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run_or_suite(console: Console, args, ctx, target) -> int:
-    from harness.runner import engine_refused, mode_refused, target_refused
+    from harness.run.runner import engine_refused, mode_refused, target_refused
 
     if args.scenario_command == "run":
         try:
@@ -189,7 +189,7 @@ def _run(console: Console, scenario, mode: str, ctx, place: str = ""):
     """One run, judged. In a terminal a bar counts its clients; in a CI log a line says how far a
     run still going is every HEARTBEAT_S, and one line says how it ended (with `place`: the
     suite's items done, time spent and left)."""
-    from harness.runner import run_scenario
+    from harness.run.runner import run_scenario
 
     if not console.is_terminal:
         began, said = time.monotonic(), [time.monotonic()]
@@ -211,10 +211,10 @@ def _run(console: Console, scenario, mode: str, ctx, place: str = ""):
 
 
 def _fit_machine_profile(console: Console, ctx, files, refit: bool = False) -> None:
-    """The cost model live runs are judged against (harness.machine.use_machine_profile). A
+    """The cost model live runs are judged against (harness.fit.machine.use_machine_profile). A
     target's runs (the session's or a file's own) are not judged against our simulation: nothing
     to fit for them."""
-    from harness.live_run import live_unavailable
+    from harness.live.backend import live_unavailable
 
     models = set()
     for path in files:
@@ -228,17 +228,17 @@ def _fit_machine_profile(console: Console, ctx, files, refit: bool = False) -> N
             models.add(scenario.server.model)
     if not models:
         return
-    from harness.machine import compared_with_committed, use_machine_profile  # our engine: imported to fit it
+    from harness.fit.machine import compared_with_committed, use_machine_profile  # our engine: imported to fit it
     for fresh in use_machine_profile(ctx, sorted(models), say=lambda line: console.print(line, highlight=False),
                                      refit=refit):
         console.print("  " + compared_with_committed(fresh), highlight=False)
 
 
 def _print_outcome(console: Console, outcome) -> None:
-    from harness.report import group_table
+    from harness.judge.report import group_table
 
     console.print(group_table(outcome.trace))
-    for w in outcome.trace.workers:  # a sharded run (harness.shards)
+    for w in outcome.trace.workers:  # a sharded run (harness.live.shards)
         console.print(f"  worker {w['worker']} on node {w['node'][:8]}: {w['clients']} clients, clock offset "
                       f"{w['clock_offset_ms']:+.3f} ms (within {w['clock_offset_bound_ms']:.3f}), loop lag p99 "
                       f"{w['loop_lag_p99_ms']:.1f} ms, ready {w['ready_before_t0_ms']:.0f} ms before T0",
@@ -258,11 +258,11 @@ def _print_outcome(console: Console, outcome) -> None:
 
 def _suite(console: Console, ctx, mode: str, pattern: str, update_baseline: bool = False,
            parity_profile: str = "machine", refit: bool = False) -> int:
-    from harness.baseline import load_baselines, save_baselines
-    from harness.live_run import live_unavailable
-    from harness.report import parity_summary, parity_table
-    from harness.runner import engine_refused, target_refused
-    from harness.timing import baseline_figures, parity_rows
+    from harness.judge.baselines import load_baselines, save_baselines
+    from harness.live.backend import live_unavailable
+    from harness.judge.report import parity_summary, parity_table
+    from harness.run.runner import engine_refused, target_refused
+    from harness.judge.timing import baseline_figures, parity_rows
 
     baselines = load_baselines()
     if update_baseline:
@@ -324,7 +324,7 @@ def _suite(console: Console, ctx, mode: str, pattern: str, update_baseline: bool
     for stem in rows:
         for r in rows[stem]:
             table.add_row(*r)
-    from harness.runner import RESULTS
+    from harness.run.runner import RESULTS
     if update_baseline:
         save_baselines(baselines)
         console.print("wrote scenarios/baselines.json")
@@ -365,7 +365,7 @@ def lab_main(argv: list[str] | None = None) -> int:
     """`streamlab lab buffers|bytes|disconnect` (registered as a streamlab command in pyproject)."""
     import asyncio
 
-    from harness import lab
+    from harness.live import lab
     from streamlab.report_tables import disconnect_table
 
     args = lab_parser().parse_args(argv)
@@ -374,8 +374,8 @@ def lab_main(argv: list[str] | None = None) -> int:
         result = asyncio.run(lab.measure_bytes(args.model))
         console.print(result)
     elif args.lab == "buffers":
-        from harness.calibrate import buffer_terms
-        from harness.profile import load_profile
+        from harness.fit.calibrate import buffer_terms
+        from harness.machine.cost_model import load_profile
         result = asyncio.run(lab.measure_buffers(args.model))
         console.print(result["by_event_bytes"])
         terms = buffer_terms(result)

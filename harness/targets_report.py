@@ -6,11 +6,11 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from harness.live_run import live_unavailable
-from harness.runner import RunContext, run_scenario, target_refused
-from harness.scenario import SCENARIOS_DIR, load_by_name
-from harness.registry import unobservable
-from harness.targets import CHECKS, FINDINGS, FRESH_SERVER, PROFILES, ROUTE_SCENARIOS, TARGETS, UNSETTLED
+from harness.live.backend import live_unavailable
+from harness.run.runner import RunContext, run_scenario, target_refused
+from harness.format.scenario import SCENARIOS_DIR, load_by_name
+from harness.judge.registry import unobservable
+from harness.format.target import CHECKS, FINDINGS, FRESH_SERVER, PROFILES, ROUTE_SCENARIOS, TARGETS, UNSETTLED
 
 PAGE = Path("docs") / "TARGETS.md"
 RUN_HERE = ["streamlab", "streamlab-openai", "transformers-serve", "llamacpp", "vllm"]
@@ -38,7 +38,7 @@ def observability_rows() -> list[str]:
 
 def scenarios_for(target: str) -> list[str]:
     """What a target is run on: a foreign server the whole library (what of each scenario it can
-    run is harness.target_scope's), our own server on either route the routes' scenarios."""
+    run is harness.targets.scope's), our own server on either route the routes' scenarios."""
     if TARGETS[target].own_server:
         return ROUTE_SCENARIOS
     return sorted(p.stem for p in SCENARIOS_DIR.glob("*.yaml"))

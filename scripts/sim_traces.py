@@ -17,8 +17,8 @@ from pathlib import Path
 
 def main(out: Path) -> int:
     import harness
-    from harness.runner import simulate
-    from harness.scenario import SCENARIOS_DIR, load
+    from harness.run.runner import simulate
+    from harness.format.scenario import SCENARIOS_DIR, load
 
     out.mkdir(parents=True, exist_ok=True)
     files = sorted(SCENARIOS_DIR.glob("*.yaml"))

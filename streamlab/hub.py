@@ -395,7 +395,7 @@ class Hub:
 
     def _step(self, clock: "StepClock") -> tuple[StepOutput, float]:
         began, cpu_waited = clock.begin(), clock.cpu_waited()
-        # Bytes written to clients since the last step began: work on the same cores between steps (harness.timing.pace).
+        # Bytes written to clients since the last step began: work on the same cores between steps (harness.judge.timing.pace).
         bytes_before, self.books.bytes_logged = self.books.bytes_out - self.books.bytes_logged, self.books.bytes_out
         prefilled_early = prefill_tokens_early = events_early = 0
 

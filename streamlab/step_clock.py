@@ -37,7 +37,7 @@ class CpuWait:
     """The calling thread's run delay: time it was ready to run but not running. It is what a CPU
     quota's throttling (a container's limit, `scripts/dev slow`) and other work on the same cores
     add to a step's period without the step loop waiting for anything: the harness subtracts it
-    where it asks whether the loop was busy (harness.timing.step_pace). Opened by the thread it
+    where it asks whether the loop was busy (harness.judge.timing.step_pace). Opened by the thread it
     reads (thread-self is resolved when opened); 0 where the kernel does not keep it."""
 
     def __init__(self) -> None:

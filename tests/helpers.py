@@ -72,7 +72,7 @@ def divergence(model: GPT2, prompt: list[int], expected: list[int], got: list[in
 
 def client_trace(scenario: str, mode: str, streams: list):
     """A trace holding only its clients' records (no server state, steps or releases)."""
-    from harness.trace import Trace
+    from harness.record.trace import Trace
 
     return Trace(scenario=scenario, mode=mode, seed=0, config={}, streams=streams, server={}, releases=[],
                  invariants=[], ledger_problems=[])

@@ -1,4 +1,4 @@
-"""The clients (harness/clients.py): what every client records, how it leaves, the headers it
+"""The clients (harness/clients/client.py): what every client records, how it leaves, the headers it
 carries, and launch()'s arrivals and concurrency. Run behind the simulation (the real app, hub
 and engine) where a server is needed."""
 
@@ -7,10 +7,10 @@ from __future__ import annotations
 import asyncio
 import random
 
-from harness import runner
-from harness.clients import Client, with_headers
-from harness.scenario import GroupSpec, Scenario
-from harness.trace import StreamRecord
+from harness.run import runner
+from harness.clients.client import Client, with_headers
+from harness.format.scenario import GroupSpec, Scenario
+from harness.record.trace import StreamRecord
 
 
 def scenario(groups: list[dict], **extra) -> Scenario:
@@ -96,7 +96,7 @@ def test_a_live_event_is_recorded_when_its_bytes_arrived_not_when_a_busy_loop_re
     import threading
     import time
 
-    from harness.clients import raw_opener
+    from harness.clients.client import raw_opener
 
     listener = socket.create_server(("127.0.0.1", 0))
     port = listener.getsockname()[1]

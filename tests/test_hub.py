@@ -6,10 +6,10 @@ import pytest
 
 import asyncio
 
-from harness import runner
-from harness.scenario import load_by_name
-from harness.simulation import SimStepClock
-from harness.trace import metric_values, percentile
+from harness.run import runner
+from harness.format.scenario import load_by_name
+from harness.sim.backend import SimStepClock
+from harness.record.trace import metric_values, percentile
 from streamlab.config import ServiceConfig
 from streamlab.hub import Hub
 from streamlab.step_clock import WallStepClock

@@ -1,5 +1,5 @@
 """The cached fit of this machine's cost model is kept only while a live probe agrees with it
-(harness/machine.py): the probe passes a fit that describes the machine and refuses one that
+(harness/fit/machine.py): the probe passes a fit that describes the machine and refuses one that
 does not. Live runs, timed: not marked shares_cores."""
 
 from __future__ import annotations
@@ -10,9 +10,11 @@ import time
 
 import pytest
 
-from harness import machine, runner, speed
-from harness.live_run import live_unavailable
-from harness.profile import load_profile
+from harness.fit import machine
+from harness.run import runner
+from harness.machine import speed
+from harness.live.backend import live_unavailable
+from harness.machine.cost_model import load_profile
 
 pytestmark = pytest.mark.skipif(live_unavailable() is not None, reason=str(live_unavailable()))
 

@@ -1,4 +1,4 @@
-"""The check registry (harness/registry.py): every check declared once, dispatched from it, and one
+"""The check registry (harness/judge/registry.py): every check declared once, dispatched from it, and one
 rule for all of them: a check that compared nothing is not observable, never passed."""
 
 from __future__ import annotations
@@ -7,10 +7,12 @@ import typing
 
 import pytest
 
-from harness import checks, registry, runner
-from harness.scenario import CheckName, Scenario, load_by_name
-from harness.trace import StreamRecord
-from harness.verdict import CheckResult
+from harness.judge import checks
+from harness.judge import registry
+from harness.run import runner
+from harness.format.scenario import CheckName, Scenario, load_by_name
+from harness.record.trace import StreamRecord
+from harness.record.verdict import CheckResult
 from tests.helpers import client_trace
 
 # Times nothing (read for it): may run beside another such item under xdist (harness/cores_lock.py).

@@ -6,11 +6,11 @@ import asyncio
 
 import pytest
 
-from harness import runner
-from harness.clock import SimulationDeadlock, run_virtual
-from harness.scenario import load_by_name
-from harness.profile import StepCostProfile
-from harness.simulation import SimPipe
+from harness.run import runner
+from harness.sim.clock import SimulationDeadlock, run_virtual
+from harness.format.scenario import load_by_name
+from harness.machine.cost_model import StepCostProfile
+from harness.sim.backend import SimPipe
 from streamlab.engine import engine as engine_module
 from streamlab.engine.scheduler import Scheduler
 from streamlab.hub import Hub
@@ -192,9 +192,9 @@ def test_bytes_written_to_clients_take_the_servers_core():
     """Healthy streams beside four readers of 256 KiB events: slower once each byte written costs core time."""
     import dataclasses
 
-    from harness.profile import load_profile
-    from harness.trace import metric_values, percentile
-    from harness.simulation import SimBackend
+    from harness.machine.cost_model import load_profile
+    from harness.record.trace import metric_values, percentile
+    from harness.sim.backend import SimBackend
 
     scenario = load_by_name("slow_reader_unbounded_4")
     free = load_profile("tiny")
@@ -209,7 +209,7 @@ def test_bytes_written_to_clients_take_the_servers_core():
 
 def test_timers_due_at_one_moment_run_in_the_order_they_were_set():
     """asyncio orders its timer heap by time alone; the simulation's burst of requests sent at one
-    moment must reach the server's core in the order it was sent (harness.clock._OrderedTimer)."""
+    moment must reach the server's core in the order it was sent (harness.sim.clock._OrderedTimer)."""
     async def main():
         order: list[int] = []
         loop = asyncio.get_running_loop()

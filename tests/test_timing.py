@@ -1,4 +1,4 @@
-"""harness/timing.py: every timing verdict judged on figures of this machine and session.
+"""harness/judge/timing.py: every timing verdict judged on figures of this machine and session.
 
 A trace 3x slower with the same shape (a slower machine) passes; an engine 1.5x slower fails on
 any machine; a first token two steps late fails the simulated gate; one noisy live run is judged
@@ -13,11 +13,13 @@ import time
 
 import pytest
 
-from harness import runner, speed, timing
-from harness.profile import load_profile
-from harness.trace import StreamRecord
-from harness.scenario import load_by_name
-from harness.simulation import SimBackend
+from harness.run import runner
+from harness.machine import speed
+from harness.judge import timing
+from harness.machine.cost_model import load_profile
+from harness.record.trace import StreamRecord
+from harness.format.scenario import load_by_name
+from harness.sim.backend import SimBackend
 from streamlab.engine.engine import BatchEngine
 from tests.helpers import client_trace
 
@@ -263,7 +265,7 @@ def test_parity_compares_interquartile_means_so_one_stream_in_an_earlier_wave_do
     it by a whole wave (23 -> 17 ms, 0.57x of a simulated 30 ms: out of [0.6, 1.6], as a CI run
     read slow_reader_drop_1). The interquartile mean moves by a fraction of that; a whole group
     a wave sooner or later still moves it by the wave, and a stall in one stream does not."""
-    from harness.trace import interquartile_mean, percentile
+    from harness.record.trace import interquartile_mean, percentile
     sim = [18.5, 24.5, 24.5, 29.8, 29.8, 29.8, 32.6]
     live = [16.6, 16.7, 16.8, 23.2, 29.9, 30.0, 37.5]
     sooner = [16.6, 16.7, 16.8, 16.9, 29.9, 30.0, 37.5]  # one stream a wave sooner
@@ -421,7 +423,7 @@ def test_a_figure_within_one_machine_pause_of_its_simulation_agrees(monkeypatch)
     spreads it over every step. A first token late by less than the longest pause the step thread
     took in its span agrees; late by more, or with no such pause (a faster machine, or a real
     regression), it does not."""
-    from harness import cpu_quota as quota
+    from harness.machine import cpu_quota as quota
     monkeypatch.setattr(quota, "_cfs", lambda: None)  # whatever quota this test runs under
     quota.quota_pause_s.cache_clear()
     scenario = load_by_name("overlap_1")
@@ -456,7 +458,7 @@ def test_a_figure_within_one_machine_pause_of_its_simulation_agrees(monkeypatch)
     assert not timing.parity(scenario, [(live(ttft, early), sim)]).passed
     rows = timing.parity_rows(scenario, [(live(late + 0.001, late), sim)])
     assert [r["late_by_a_pause"]["run"] for r in rows if r["late_by_a_pause"]] == [1]
-    from harness.report import parity_summary
+    from harness.judge.report import parity_summary
     assert "1 more past them by no more than one machine pause" in parity_summary(rows)
     quota.quota_pause_s.cache_clear()
     try:  # under a quota, one step's delay counts no more than the longest pause the quota makes
