@@ -262,7 +262,8 @@ def _suite(console: Console, ctx, mode: str, pattern: str, update_baseline: bool
     from harness.live.backend import live_unavailable
     from harness.judge.report import parity_summary, parity_table
     from harness.run.runner import engine_refused, target_refused
-    from harness.judge.timing import baseline_figures, parity_rows
+    from harness.judge.timing import parity_rows
+    from harness.judge.baselines import baseline_figures
 
     baselines = load_baselines()
     if update_baseline:

@@ -12,7 +12,8 @@ import httpx
 import pytest
 import torch
 
-from harness.targets.engines import VLLM_MIN_HEAD, VLLM_SERVER_ENV, llama_server, llama_server_missing, vllm, vllm_missing
+from harness.format.target import VLLM_MIN_HEAD, VLLM_SERVER_ENV
+from harness.targets.engines import llama_server, llama_server_missing, vllm, vllm_missing
 from harness.live.process import TargetProcess
 from tests.peers import needs_peer
 from streamlab.config import CacheConfig, EngineConfig

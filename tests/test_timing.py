@@ -16,6 +16,10 @@ import pytest
 from harness.run import runner
 from harness.machine import speed
 from harness.judge import timing
+from harness.judge.baselines import baseline_figures
+from harness.judge.bounds import DRIFT
+from harness.machine.drift import AT_LEAST, EngineReadings, READINGS, step_timing
+from harness.machine.pace import BUSY_GAP_S, PACED, PACE_MIN_STEPS, group_window, machine_pause, moved, pace, run_pace, step_pace
 from harness.machine.cost_model import load_profile
 from harness.record.trace import StreamRecord
 from harness.format.scenario import load_by_name
@@ -47,7 +51,7 @@ def with_engine(trace, engine_over_profile: float, speed_factor: float):
     yard = {b: speed_factor * then[b] for b in then}
     out = copy.deepcopy(trace)
     pairs = profile.reference_s["pairs"]  # what the pairs read when the profile was made
-    out.step_timing = timing.step_timing({"decode_s": engine, "yardstick_s": yard, "engine_over_yardstick": {
+    out.step_timing = step_timing({"decode_s": engine, "yardstick_s": yard, "engine_over_yardstick": {
         b: engine_over_profile / speed_factor * pairs[b] for b in then}}, profile)
     return out
 
@@ -63,7 +67,7 @@ def overlap_4():
 def test_a_live_trace_three_times_slower_with_the_same_shape_passes_the_gate(overlap_4):
     scenario, sim = overlap_4
     live = stretched(sim, 1.1, "live")
-    committed = {scenario.name: {"live": timing.baseline_figures(live, sim)}}
+    committed = {scenario.name: {"live": baseline_figures(live, sim)}}
     assert timing.regression(live, committed, sim).passed
     # A machine 3x slower: its simulation (under its own profile) and its live run both 3x.
     slower_sim, slower_live = stretched(sim, 3.0), stretched(live, 3.0)
@@ -74,7 +78,7 @@ def test_a_live_trace_three_times_slower_with_the_same_shape_passes_the_gate(ove
 
 def test_the_live_gate_takes_the_best_run_and_still_fails_a_real_regression(overlap_4):
     scenario, sim = overlap_4
-    committed = {scenario.name: {"live": timing.baseline_figures(stretched(sim, 1.0, "live"), sim)}}  # live/sim 1.0
+    committed = {scenario.name: {"live": baseline_figures(stretched(sim, 1.0, "live"), sim)}}  # live/sim 1.0
     stalled, fine = stretched(sim, 8.0, "live"), stretched(sim, 1.2, "live")  # 8 x ~110 ms > 3 x 110 + 250 ms
     assert not timing.regression(stalled, committed, sim).passed
     assert timing.regression(stalled, committed, sim, again=[fine]).passed  # one stalled run is not a regression
@@ -85,9 +89,9 @@ def test_the_live_gate_takes_the_best_run_and_still_fails_a_real_regression(over
 
 def test_a_live_baseline_is_a_ratio_to_the_simulation():
     trace = runner.simulate(load_by_name("overlap_1"))[0]
-    figures = timing.baseline_figures(stretched(trace, 1.25, "live"), trace)
+    figures = baseline_figures(stretched(trace, 1.25, "live"), trace)
     assert figures["streams"]["completion_s_p50_over_sim"] == pytest.approx(1.25, rel=0.02)
-    assert timing.baseline_figures(trace)["streams"]["completion_s_p50"] == round(
+    assert baseline_figures(trace)["streams"]["completion_s_p50"] == round(
         timing.p50(trace, "streams", "completion_s"), 6)  # simulated: virtual seconds
 
 
@@ -140,7 +144,7 @@ def _mode(trace, mode: str = "live"):
 def test_the_engines_speed_in_a_simulated_run_reads_the_profiles_engine(overlap_4):
     scenario, unjudged = overlap_4
     assert unjudged.step_timing == {}  # an unjudged run does not spend seconds timing its engine
-    sim = runner.run_trace(scenario, SimBackend(), readings=timing.EngineReadings())[0]
+    sim = runner.run_trace(scenario, SimBackend(), readings=EngineReadings(DRIFT))[0]
     assert 0.8 < timing.engine_over_yardstick(sim) < 1.25, sim.step_timing
 
 
@@ -188,22 +192,22 @@ def test_a_passing_engine_reading_is_reused_by_the_same_engine_and_a_failing_one
                     "engine_over_yardstick": {b: engine_over_yardstick * pairs[b] for b in then}}
         return engine_speed
 
-    readings = timing.EngineReadings()
+    readings = EngineReadings(DRIFT)
     first = readings.measure(reading(1.0), profile, ("live", "tiny"))
     again = readings.measure(reading(1.0), profile, ("live", "tiny"))
-    assert len(calls) == timing.AT_LEAST and "reused_after_s" in again
+    assert len(calls) == AT_LEAST and "reused_after_s" in again
     assert again["engine_over_yardstick"] == first["engine_over_yardstick"]
     calls.clear()
     slower = readings.measure(reading(1.5), profile, ("live", "tiny", 1.5))  # another engine: read afresh
-    assert len(calls) == timing.READINGS and slower["engine_over_yardstick"] > timing.DRIFT
+    assert len(calls) == READINGS and slower["engine_over_yardstick"] > DRIFT
     calls.clear()
     readings.measure(reading(1.5), profile, ("live", "tiny", 1.5))  # a failing reading is never kept
     readings.measure(reading(1.0), profile, None)  # no key: nothing is reused
-    assert len(calls) == timing.READINGS + timing.AT_LEAST
+    assert len(calls) == READINGS + AT_LEAST
     calls.clear()
-    monkeypatch.setattr(timing.EngineReadings, "KEEP_S", 0.0)  # too old: read again
+    monkeypatch.setattr(EngineReadings, "KEEP_S", 0.0)  # too old: read again
     readings.measure(reading(1.0), profile, ("live", "tiny"))
-    assert len(calls) == timing.AT_LEAST
+    assert len(calls) == AT_LEAST
 
 
 def test_the_lab_step_slowdown_fails_drift_in_simulation():
@@ -287,14 +291,14 @@ def test_parity_is_judged_at_the_pace_the_live_server_stepped(overlap_4):
     profile = backend.profile(scenario.server.model)
     slow = runner.run_trace(scenario, SimBackend(profile.steps_scaled(1.6)))[0]
     slow.mode = "live"
-    k = timing.pace(slow, sim, profile)
+    k = pace(slow, sim, profile)
     assert k is not None and 1.5 < k < 1.7, k
     assert not timing.parity(scenario, [(slow, sim)]).passed
     paced = runner.RunContext().references.at_the_pace(scenario, slow, sim, backend)
-    assert paced is not None and any(n.startswith(timing.PACED) for n in paced.notes)
+    assert paced is not None and any(n.startswith(PACED) for n in paced.notes)
     assert timing.parity(scenario, [(slow, paced)]).passed
     steady = _mode(copy.deepcopy(sim))
-    assert timing.pace(steady, sim, profile) == pytest.approx(1.0)
+    assert pace(steady, sim, profile) == pytest.approx(1.0)
     assert runner.RunContext().references.at_the_pace(scenario, steady, sim, backend) is None
 
 
@@ -304,16 +308,16 @@ def test_the_pace_counts_busy_steps_only():
     profile = SimBackend().profile("tiny")
     step = {"decoded": 4, "prefilled": 0, "prompt_tokens": 0, "decode_context": 0, "events": 4}
     cost = profile.logged_cost(step)
-    steps = [dict(step, began=i * 2 * cost, seconds=2 * cost) for i in range(timing.PACE_MIN_STEPS + 1)]
+    steps = [dict(step, began=i * 2 * cost, seconds=2 * cost) for i in range(PACE_MIN_STEPS + 1)]
     steps.append(dict(step, began=steps[-1]["began"] + 0.010, seconds=2 * cost))  # 8 ms waiting for work
     steps.append(dict(step, began=steps[-1]["began"] + 2 * cost, seconds=10 * cost))  # one the model misses
     steps.append(dict(step, began=steps[-1]["began"] + 10 * cost, seconds=2 * cost))
     trace = client_trace("steps", "live", [])
     trace.steps = steps
-    k, n = timing.step_pace(trace, profile)
-    assert k == pytest.approx(2.0) and n == timing.PACE_MIN_STEPS + 1  # all but the wait and the slow one
-    trace.steps = steps[:timing.PACE_MIN_STEPS]
-    assert timing.step_pace(trace, profile) is None
+    k, n = step_pace(trace, profile)
+    assert k == pytest.approx(2.0) and n == PACE_MIN_STEPS + 1  # all but the wait and the slow one
+    trace.steps = steps[:PACE_MIN_STEPS]
+    assert step_pace(trace, profile) is None
 
 
 
@@ -326,16 +330,16 @@ def test_the_pace_keeps_a_cpu_quotas_pauses_as_the_fit_keeps_them():
     step = {"decoded": 4, "prefilled": 0, "prompt_tokens": 0, "decode_context": 0, "events": 4}
     cost = profile.logged_cost(step)
     pause = 6 * cost  # a 0.25 quota's pause is several steps long
-    assert pause > 2 * timing.BUSY_GAP_S
+    assert pause > 2 * BUSY_GAP_S
     steps, at, waited = [], 0.0, 0.0
-    for i in range(3 * timing.PACE_MIN_STEPS):
+    for i in range(3 * PACE_MIN_STEPS):
         inside = pause if i % 4 == 1 else 0.0  # one step in four holds the pause...
         after = pause if i % 4 == 3 else 0.0  # ...and one gap in four
         steps.append(dict(step, began=at, seconds=cost + inside, cpu_waited_s=waited, cpu_waited_end_s=waited + inside))
         at, waited = at + cost + inside + after, waited + inside + after
     trace = client_trace("steps", "live", [])
     trace.steps = steps
-    k, n = timing.step_pace(trace, profile)
+    k, n = step_pace(trace, profile)
     assert n == len(steps) - 1 and k == pytest.approx(1 + 2 * pause / 4 / cost, rel=0.05), k  # 4.0: the mean period
     # A step that held a pause, then waits for work as long: the wait is the loop's, not the pause's.
     waiting = client_trace("steps", "live", [])
@@ -343,10 +347,10 @@ def test_the_pace_keeps_a_cpu_quotas_pauses_as_the_fit_keeps_them():
     assert waiting.steps[21]["cpu_waited_end_s"] > waiting.steps[21]["cpu_waited_s"]
     for s in waiting.steps[22:]:
         s["began"] += pause
-    assert timing.step_pace(waiting, profile)[1] == n - 1
+    assert step_pace(waiting, profile)[1] == n - 1
     for s in steps:
         s["cpu_waited_s"] = s["cpu_waited_end_s"] = 0.0
-    k, _ = timing.step_pace(trace, profile)
+    k, _ = step_pace(trace, profile)
     assert k == pytest.approx(1.0), k  # unmeasured, the pauses read as waits for work or outliers and fell out
 
 def test_better_picks_the_run_nearest_the_inside_of_its_bound():
@@ -401,7 +405,7 @@ def test_a_run_is_paced_by_its_least_moved_window():
     scenario = load_by_name("slow_reader_pause_1")
     sim = runner.simulate(scenario)[0]
     profile = SimBackend().profile(scenario.server.model)
-    _, healthy_end = timing.group_window(sim, "healthy")
+    _, healthy_end = group_window(sim, "healthy")
     live = _mode(copy.deepcopy(sim))
     shift = 0.0
     for a, b in zip(live.steps, live.steps[1:] + [None]):
@@ -410,11 +414,11 @@ def test_a_run_is_paced_by_its_least_moved_window():
             extra = 0.8 * ((b["began"] + shift - a["began"]) if b else a["seconds"])
             a["seconds"] *= 1.8
             shift += extra
-    assert timing.pace(live, sim, profile, "healthy") == pytest.approx(1.0, abs=0.05)
-    whole, slow = timing.pace(live, sim, profile), timing.pace(live, sim, profile, "slow")
+    assert pace(live, sim, profile, "healthy") == pytest.approx(1.0, abs=0.05)
+    whole, slow = pace(live, sim, profile), pace(live, sim, profile, "slow")
     assert whole is not None and whole > 1.1 and slow is not None and slow > 1.1
-    k = timing.run_pace(live, sim, profile, ["healthy", "slow"])
-    assert k == pytest.approx(1.0, abs=0.05) and not timing.moved(k)
+    k = run_pace(live, sim, profile, ["healthy", "slow"])
+    assert k == pytest.approx(1.0, abs=0.05) and not moved(k)
     assert runner.RunContext().references.at_the_pace(scenario, live, sim, SimBackend()) is None
 
 
@@ -450,10 +454,10 @@ def test_a_figure_within_one_machine_pause_of_its_simulation_agrees(monkeypatch)
     held = timing.parity(scenario, [(live(late, late), sim)])
     assert held.passed, held.details
     assert "late by no more than one machine pause" in held.figure
-    assert timing.machine_pause(live(late, late), group, "ttft_s") == pytest.approx(late)
+    assert machine_pause(live(late, late), group, "ttft_s") == pytest.approx(late)
     assert not timing.parity(scenario, [(live(0.0, late), sim)]).passed  # no pause: late is late
     assert not timing.parity(scenario, [(live(late / 3, late), sim)]).passed  # 2.2x less a short pause: 1.8x
-    assert timing.machine_pause(sim, group, "ttft_s") == 0.0
+    assert machine_pause(sim, group, "ttft_s") == 0.0
     early = -0.5 * ttft  # 0.5x: a pause never excuses a figure that came early
     assert not timing.parity(scenario, [(live(ttft, early), sim)]).passed
     rows = timing.parity_rows(scenario, [(live(late + 0.001, late), sim)])
@@ -464,6 +468,6 @@ def test_a_figure_within_one_machine_pause_of_its_simulation_agrees(monkeypatch)
     try:  # under a quota, one step's delay counts no more than the longest pause the quota makes
         period_us, cores = int(late * 1e6), len(os.sched_getaffinity(0))
         monkeypatch.setattr(quota, "_cfs", lambda: (cores * period_us // 2, period_us))  # half of each period
-        assert timing.machine_pause(live(4 * late, late), group, "ttft_s") == pytest.approx(late / 2, rel=0.01)
+        assert machine_pause(live(4 * late, late), group, "ttft_s") == pytest.approx(late / 2, rel=0.01)
     finally:
         quota.quota_pause_s.cache_clear()

@@ -7,25 +7,12 @@ from __future__ import annotations
 import asyncio
 import random
 from collections.abc import Awaitable, Callable
-from typing import Protocol
-
 from harness.format.behaviours import READ_DEADLINE_S, BadRequest
+from harness.format.behaviours.base import Connection
 from harness.format.scenario import GroupSpec
 from harness.record.trace import StreamRecord
 from harness.clients.wire import StreamlabWire, Wire
 from streamlab.sse import SSEEvent
-
-class Connection(Protocol):
-    ended: bool
-    bytes_read: int
-
-    async def read_head(self, timeout_s: float = ...): ...
-    async def read_events(self, count: int | None = None, timeout_s: float = ...) -> list[SSEEvent]: ...
-    async def read_chunk(self, max_bytes: int, timeout_s: float = ...) -> list[SSEEvent]: ...
-    async def read_json(self, timeout_s: float = ...) -> dict: ...
-    def arrived_ago(self) -> float: ...  # seconds since the last read's bytes arrived
-    def close(self, how: str = "fin") -> None: ...
-
 
 Opener = Callable[[str, dict | bytes, dict[str, str] | None], Awaitable[Connection]]
 

@@ -14,7 +14,7 @@ from pydantic import Field, ValidationError, create_model, field_validator, mode
 
 from harness.format.arrivals import Arrival, AtOnce, JoinWhile, TraceArrival
 from harness.format.behaviours import Behaviour
-from harness.judge.registry import NAMES
+from harness.format.check_names import NAMES
 from harness.format.strict import FieldProblem, Strict
 from harness.format.toxics import ToxicSpec
 from harness.format.target import Target
@@ -165,6 +165,11 @@ class Slo(Strict):
         return self.ttft_x_lone is not None or self.tpot_x_lone is not None
 
 
+def group_slos(config: dict) -> dict[str, Slo]:
+    """The SLO of each group that declares one, from a scenario as recorded on a trace (its config)."""
+    return {g["name"]: Slo.model_validate(g["slo"]) for g in config.get("groups", []) if g.get("slo")}
+
+
 class GroupSpec(Strict):
     name: str = Field(pattern=r"^[a-z][a-z0-9_]*$")
     # Bounded so a typo cannot ask one harness for a million sockets; past one process, see docs/SCALE.md.
@@ -215,7 +220,7 @@ class ReleaseWithin(Strict):
     seconds: float = Field(0.25, gt=0)
 
 
-CheckName = Literal[NAMES]  # every declared check (harness/judge/registry.py), so any can be a negative control
+CheckName = Literal[NAMES]  # every declared check (harness/format/check_names.py), so any can be a negative control
 
 
 Ratio = tuple[Annotated[float, Field(gt=0)], Annotated[float, Field(gt=0)]]

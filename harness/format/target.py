@@ -23,9 +23,14 @@ from urllib.parse import urlsplit
 
 from pydantic import Field, model_validator
 
-from harness.targets.engines import VLLM_SERVER_ENV
 from harness.format.strict import Strict
 from streamlab.presets import PRESETS
+
+# VLLM_TARGET_DEVICE=cpu: with the `vllm` dist-info scripts/dev writes (version 0.32.0+cpu) it
+# loads the AVX2 kernels. VLLM_CPU_KVCACHE_SPACE: GiB of KV cache (its default takes 4).
+VLLM_SERVER_ENV = {"VLLM_TARGET_DEVICE": "cpu", "VLLM_CPU_KVCACHE_SPACE": "1"}
+# vLLM's CPU attention supports head sizes 32, 64, 80 and up: `tiny` (16) cannot run there.
+VLLM_MIN_HEAD = 32
 
 Api = Literal["streamlab", "openai-completions", "openai-chat"]
 

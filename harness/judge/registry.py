@@ -16,7 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from harness.judge import timing
+from harness.format import check_names
+from harness.judge.bounds import DRIFT, LIVE_GATE, PARITY_COMPLETION, PARITY_TTFT, SIM_GATE
 from harness.record.verdict import CheckResult
 
 if TYPE_CHECKING:
@@ -86,22 +87,26 @@ CHECKS: tuple[CheckSpec, ...] = (
     CheckSpec("capacity_restored", "(a target) N short requests at once after the run complete as they did "
               "before it (N = `max_batch`)", _always, "clients", targets_only=True),
     CheckSpec("profile_drift", "the engine's decode step alone, paired burst by burst with a yardstick that runs "
-              f"none of its code, is at most {timing.DRIFT:g}x what it was when the profile was made", _always, "never",
+              f"none of its code, is at most {DRIFT:g}x what it was when the profile was made", _always, "never",
               timing=True, why_not_on_target="it cannot time its engine alone (streamlab's GET /debug/engine-speed)"),
     CheckSpec("latency", "each bound: the group's `ttft_s`, `gap_s` or `completion_s` at `percentile` is at most "
               "`max_s`, or at most `max_ratio` times the same figure of `baseline_group` (in this scenario, or in "
               "`baseline_scenario`)", lambda s: bool(s.expect.latency), "clients", timing=True),
     CheckSpec("regression", "each group's TTFT and completion p50 within the gate over `scenarios/baselines.json` "
-              f"(simulated: {timing.SIM_GATE}; live: {timing.LIVE_GATE} over the committed live/sim ratio "
+              f"(simulated: {SIM_GATE}; live: {LIVE_GATE} over the committed live/sim ratio "
               "times this machine's simulated figure)", _always, "clients", timing=True),
     CheckSpec("parity", "(live) outcomes, token ids and releases equal the simulation's, and each group's TTFT "
-              f"and completion (interquartile means) within {timing.PARITY_TTFT[0]:g}-{timing.PARITY_TTFT[1]:g}x and "
-              f"{timing.PARITY_COMPLETION[0]:g}-{timing.PARITY_COMPLETION[1]:g}x of it, at the live run's pace "
+              f"and completion (interquartile means) within {PARITY_TTFT[0]:g}-{PARITY_TTFT[1]:g}x and "
+              f"{PARITY_COMPLETION[0]:g}-{PARITY_COMPLETION[1]:g}x of it, at the live run's pace "
               "(`expect.parity` widens a group's, with a reason)", _always, "clients", timing=True),
 )
 
 BY_NAME = {c.name: c for c in CHECKS}
 NAMES = tuple(BY_NAME)
+# The format's list of names (below the judge) is this one: a check declared here and not there,
+# or in another order, stops every import.
+if NAMES != check_names.NAMES:
+    raise RuntimeError(f"harness/format/check_names.py lists {check_names.NAMES}, the registry declares {NAMES}")
 
 # name -> the function that runs it on our own server's books; and where a target is read from
 # outside instead (its gauges or health route), that implementation. Registered by harness/judge/checks.py.

@@ -15,7 +15,7 @@ import time
 from contextlib import asynccontextmanager
 from pathlib import Path
 
-from harness.judge import timing
+from harness.machine.drift import EngineReadings, same_engine
 from harness.record.trace import ServerBooks
 from harness.live.toxiproxy import ToxiproxyClient, ProxyHandle, ToxiproxyServer, find_binary
 from harness.clients.client import raw_opener
@@ -118,7 +118,7 @@ class LiveServer:
         if self.watch is not None:
             await self.watch.settle(drain_s)
 
-    async def collect(self, readings: timing.EngineReadings | None = None) -> ServerBooks:
+    async def collect(self, readings: EngineReadings | None = None) -> ServerBooks:
         if self.target.profile_spec.native_books:
             books = await self._native_books(readings)
         else:
@@ -134,7 +134,7 @@ class LiveServer:
             return None
         return await self.watch.solo(planned, records)
 
-    async def _native_books(self, readings: timing.EngineReadings | None) -> ServerBooks:
+    async def _native_books(self, readings: EngineReadings | None) -> ServerBooks:
         endpoint = self.endpoint
         stats = await endpoint.get_json("/stats")
         releases = await endpoint.get_json("/debug/releases")
@@ -151,7 +151,7 @@ class LiveServer:
                            ledger_problems=releases["ledger_problems_when_idle"], steps=steps,
                            failure=stats.get("failure"), step_timing=await self._step_timing(readings) if readings is not None else {})
 
-    async def _step_timing(self, readings: timing.EngineReadings) -> dict:
+    async def _step_timing(self, readings: EngineReadings) -> dict:
         """The server's engine alone, paired with the yardstick, timed by the server after the run
         (its /debug/engine-speed), for the drift check (harness.judge.timing.drift)."""
         if self.model is None:
@@ -280,7 +280,7 @@ class LiveBackend:
             server = LiveServer(endpoint, proxies, wire, self.target, front, spec,
                                 scenario.server.model if self.target.own_server else None)
             if self.target.own_server:
-                server.same_engine = timing.same_engine("live", scenario.server)
+                server.same_engine = same_engine("live", scenario.server)
             if server.watch is not None:
                 await server.watch.begin(scenario)  # the capacity probe, then the gauge poller
             server.base = time.monotonic()  # the run's clock starts now

@@ -163,7 +163,7 @@ def metric_values(streams: list[StreamRecord], metric: str) -> list[float]:
 def meets_slo(s: StreamRecord, slo) -> bool:
     """Finished normally, first token within slo.ttft_ms, later tokens within slo.tpot_ms each on average."""
     if slo.relative:  # a multiple of a lone request's times: only a run's probe makes it milliseconds
-        raise ValueError("an SLO relative to a lone request is judged as the run resolved it (harness.run.capacity.group_slos)")
+        raise ValueError("an SLO relative to a lone request is judged as the run resolved it (harness.format.scenario.group_slos)")
     if not s.finished_normally or not s.token_times or s.sent_at is None or s.ended_at is None:
         return False
     ttft = s.token_times[0] - s.sent_at

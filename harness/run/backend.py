@@ -17,7 +17,7 @@ from typing import Any, Protocol
 from harness.clients.client import Opener
 from harness.clients.plan import PlannedClient
 from harness.format.scenario import Scenario
-from harness.judge.timing import EngineReadings
+from harness.machine.drift import EngineReadings
 from harness.record.trace import ServerBooks
 from harness.clients.wire import Wire
 

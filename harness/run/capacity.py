@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from harness.record.trace import Trace, metric_values, percentile
 from harness.format.behaviours import Reader
 from harness.format.arrivals import AtOnce, Poisson
-from harness.format.scenario import Expectations, GroupSpec, Scenario, Slo
+from harness.format.scenario import Expectations, GroupSpec, Scenario
 
 BURST_PER_SLOT = 4  # the burst keeps every batch slot busy for about four requests each
 BURST_AT_S = 0.5  # after the lone request (a few ms here; 50 ms would be a machine 10x slower)
@@ -96,8 +96,3 @@ def resolve(scenario: Scenario, run: Callable[[Scenario], Trace]) -> tuple[Scena
     if not probes:
         return scenario, []
     return scenario.model_copy(update={"groups": groups}), probes
-
-
-def group_slos(trace: Trace) -> dict:
-    """The SLO of each group that declares one, from the scenario recorded on the trace."""
-    return {g["name"]: Slo.model_validate(g["slo"]) for g in trace.config.get("groups", []) if g.get("slo")}

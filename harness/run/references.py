@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
-from harness.judge import timing
+from harness.machine.pace import PACED, moved, run_pace
 from harness.run.backend import Backend
 from harness.clients.plan import PlannedClient, loaded_model
 from harness.format.scenario import Scenario
@@ -109,7 +109,7 @@ class References:
         """The simulation a live run's parity is judged against at the pace its server ran
         (harness.judge.timing.run_pace: its busy steps against the profile, over the simulation's on the
         same measure, the whole run's or a group's window's, whichever moved least): where that
-        moved past timing.MOVED, the scenario simulated again with the profile's step terms scaled
+        moved past harness.machine.pace.MOVED, the scenario simulated again with the profile's step terms scaled
         by it. A request's own terms stay: the pace does not measure them, and in bad_requests the
         steps ran 1.4x slow while first tokens came sooner than simulated. None where the pace did
         not move, or cannot be read."""
@@ -117,13 +117,13 @@ class References:
             return None
         profile = backend.profile(scenario.server.model)
         groups = list(dict.fromkeys(g.name for g in scenario.groups))
-        k = timing.run_pace(live, sim, profile, groups)
-        if not timing.moved(k):
+        k = run_pace(live, sim, profile, groups)
+        if not moved(k):
             return None
         from harness.sim.backend import SimBackend
 
         paced = self.run(scenario, SimBackend(profile.steps_scaled(k)))
-        paced.notes.append(f"{timing.PACED}: the live run's steps took {k:.2f}x what the profile says; "
+        paced.notes.append(f"{PACED}: the live run's steps took {k:.2f}x what the profile says; "
                            f"simulated again with its step terms x{k:.2f}")
         return paced
 

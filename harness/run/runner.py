@@ -17,6 +17,9 @@ from pathlib import Path
 from harness.run.backend import Backend
 from harness.run import capacity
 from harness.judge import timing
+from harness.judge.baselines import baseline_figures
+from harness.judge.bounds import DRIFT, RUNS
+from harness.machine.drift import EngineReadings
 from harness.judge.baselines import load_baselines
 from harness.judge.checks import CheckResult, run_checks
 from harness.clients.client import launch
@@ -55,7 +58,7 @@ class RunContext:
     # and pytest items alike.
     judge_parity_timing: bool = True
     # The drift check's engine readings, reused between runs of the same engine (harness.judge.timing).
-    engine_readings: timing.EngineReadings = field(default_factory=timing.EngineReadings)
+    engine_readings: EngineReadings = field(default_factory=lambda: EngineReadings(DRIFT))
     target: Target | None = None  # --target: live runs aim here instead of each scenario's own
     # The simulated trace a live run's parity and gate are judged against: "sim@machine" (this
     # machine's profile, see harness.fit.machine.use_machine_profile, the default wherever live runs are judged) or
@@ -127,7 +130,7 @@ class RunContext:
 
 
 def run_trace(scenario: Scenario, backend: Backend, progress=None,
-              readings: timing.EngineReadings | None = None) -> tuple[Trace, list[PlannedClient]]:
+              readings: EngineReadings | None = None) -> tuple[Trace, list[PlannedClient]]:
     """Run a scenario's clients against a backend's server; the trace of what happened. Load or
     SLOs stated relative to this machine are resolved first, by a probe through the same backend
     (harness.run.capacity). readings: the run is judged, so its server's engine is timed alone after
@@ -258,7 +261,7 @@ def run_scenario(scenario: Scenario, mode: str, ctx: RunContext, progress=None) 
     baselines = refs.latency_baselines(scenario, trace, ctx.loader, lambda s: session(s, mode))
     runs = [timing.Run(trace, baselines, refs.at_the_pace(scenario, trace, sim, ctx.backends.get(ctx.parity_mode)))]
     timed = timing.judge(scenario, runs, ctx.baselines, sim, ctx.judge_parity_timing)
-    while live and len(runs) < timing.RUNS and timing.wants_again(timed, scenario.expect.expect_failure):
+    while live and len(runs) < RUNS and timing.wants_again(timed, scenario.expect.expect_failure):
         # AGAIN (harness.judge.timing): the scenario runs once more, then its baseline scenarios just
         # after it, so a latency ratio is formed within one back-to-back pair.
         again = run_trace(scenario, ctx.backends[mode], readings=ctx.engine_readings)[0]
@@ -269,7 +272,7 @@ def run_scenario(scenario: Scenario, mode: str, ctx: RunContext, progress=None) 
     checks = run_checks(scenario, trace, solo, timed)
     if ctx.results_dir is not None:
         from harness.judge.report import timeline_png, write_result
-        write_result(trace, checks, ctx.results_dir, baseline_figures=timing.baseline_figures(trace, sim))
+        write_result(trace, checks, ctx.results_dir, baseline_figures=baseline_figures(trace, sim))
         timeline_png(trace, ctx.results_dir)
     return Outcome(scenario, trace, checks, runs, sim, left_out)
 

@@ -15,7 +15,7 @@ from collections import deque
 
 from contextlib import asynccontextmanager
 
-from harness.judge import timing
+from harness.machine.drift import EngineReadings, same_engine
 from harness.record.trace import ServerBooks
 from harness.sim.asgi import http_scope, request_receive
 from harness.sim.clock import run_virtual
@@ -348,7 +348,7 @@ class SimServer:
                 return
             await asyncio.sleep(SETTLE_POLL_S)
 
-    async def collect(self, readings: timing.EngineReadings | None = None) -> ServerBooks:
+    async def collect(self, readings: EngineReadings | None = None) -> ServerBooks:
         hub = self.hub
         steps = [r._asdict() for r in hub.books.step_log]
         # The engine alone on this run's code and lab slowdown, paired with the yardstick (harness.judge.timing.drift).
@@ -394,7 +394,7 @@ class SimBackend:
             slow = scenario.server.lab_step_slowdown
             server = SimServer(app, state, profile, clock, scenario.server.api_key,
                                FaultPlan(step_slowdown=slow) if slow != 1 else None)
-            server.same_engine = timing.same_engine("sim", scenario.server)
+            server.same_engine = same_engine("sim", scenario.server)
             driver = loop.create_task(drive(state["hub"], clock))
             try:
                 yield server

@@ -31,11 +31,6 @@ def llama_server_missing() -> str | None:
 
 
 VLLM_ENV = TOOLS / "vllm"
-# VLLM_TARGET_DEVICE=cpu: with the `vllm` dist-info scripts/dev writes (version 0.32.0+cpu) it
-# loads the AVX2 kernels. VLLM_CPU_KVCACHE_SPACE: GiB of KV cache (its default takes 4).
-VLLM_SERVER_ENV = {"VLLM_TARGET_DEVICE": "cpu", "VLLM_CPU_KVCACHE_SPACE": "1"}
-# vLLM's CPU attention supports head sizes 32, 64, 80 and up: `tiny` (16) cannot run there.
-VLLM_MIN_HEAD = 32
 
 
 def vllm() -> Path | None:
