@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import random
 from collections.abc import Awaitable, Callable
-from harness.format.behaviours import READ_DEADLINE_S, BadRequest
+from harness.format.behaviours import READ_DEADLINE_S
 from harness.format.behaviours.base import Connection
 from harness.format.scenario import GroupSpec
 from harness.record.trace import StreamRecord
@@ -53,7 +53,7 @@ class Client:
         behaviour = self.behaviour
         self.open_connection = open_connection
         rec.sent_at = self.clock()
-        if isinstance(behaviour, BadRequest):  # its whole exchange is its own: a bad body, a refusal
+        if behaviour.owns_exchange:  # its whole exchange is its own: a bad body, a refusal
             await behaviour.exchange(self, budget)
             return
         conn = await open_connection(self.wire.path, self.wire.body(rec.prompt, rec.request), None)
@@ -88,7 +88,7 @@ class Client:
         return reply if isinstance(reply, dict) else {}
 
     def close_how(self) -> str:
-        how = getattr(self.behaviour, "close", "fin")
+        how = self.behaviour.close_mode
         return self.rng.choice(["fin", "rst"]) if how == "mixed" else how
 
     def close(self, conn: Connection, how: str) -> None:
@@ -107,10 +107,9 @@ def raw_opener(port: int, behaviour, sampled: list | None = None) -> Opener:
     receive buffer). The live server's and a shard worker's clients both open through it.
     sampled: a list that takes each exchange opened, keeping its stamps' bounds (harness.clients.rawhttp;
     the capacity benchmark)."""
-    from harness.format.behaviours import Sleeper
     from harness.clients.rawhttp import RawExchange
 
-    rcvbuf = behaviour.recv_buffer_bytes if isinstance(behaviour, Sleeper) else None
+    rcvbuf = behaviour.socket_rcvbuf
 
     async def opener(path: str, body, headers):
         exchange = await RawExchange.open("127.0.0.1", port, "POST", path, body, headers=headers, rcvbuf=rcvbuf,

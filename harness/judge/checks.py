@@ -5,7 +5,6 @@ from __future__ import annotations
 from harness.record.verdict import CheckResult
 from harness.format.scenario import group_slos
 from harness.record.trace import LEFT_BEHIND, NORMAL_FINISHES, Trace, goodput, holds_nothing
-from harness.format.behaviours import BadRequest, Reconnector
 from harness.format.arrivals import JoinWhile
 from harness.format.scenario import Scenario
 from harness.judge.registry import CHECKS, NATIVE, OUTSIDE, implements, settle, unobservable
@@ -79,8 +78,9 @@ def identity(scenario: Scenario | None, trace: Trace, solo: dict[int, list[int] 
 
 
 def _observed_outcome(s, behaviour, refusals: dict) -> str:
-    if isinstance(behaviour, BadRequest) and s.status is not None and s.status != 200:
-        status, error = refusals.get(behaviour.send, (behaviour.expect_status, behaviour.expect_error))
+    expected = behaviour.expected_refusal(refusals)
+    if expected is not None and s.status is not None and s.status != 200:
+        status, error = expected
         if s.status == status and (error is None or s.error_type == error):
             return "refused"
         return f"refused_{s.status}_{s.error_type}"
@@ -187,7 +187,7 @@ def release_within(scenario: Scenario | None, trace: Trace, solo: dict | None = 
 def resumption(scenario: Scenario | None, trace: Trace, solo: dict | None = None) -> CheckResult:
     """Reconnectors: every stream resumed at least once and finished, on one request id, with
     event ids 1..n read once each over all its connections (no event lost, none twice)."""
-    reconnecting = {g.name for g in scenario.groups if isinstance(g.behaviour, Reconnector)}
+    reconnecting = {g.name for g in scenario.groups if g.behaviour.resumes}
     problems, resumed = [], 0
     streams = [s for s in trace.streams if s.group in reconnecting]
     for s in streams:

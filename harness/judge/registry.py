@@ -48,8 +48,8 @@ def _always(scenario: "Scenario") -> bool:
     return True
 
 
-def _has_behaviour(kind: str) -> Callable[["Scenario"], bool]:
-    return lambda scenario: any(g.behaviour.kind == kind for g in scenario.groups)
+def _has_resuming_clients(scenario: "Scenario") -> bool:
+    return any(g.behaviour.resumes for g in scenario.groups)
 
 
 def _has_arrival(kind: str) -> Callable[["Scenario"], bool]:
@@ -81,7 +81,7 @@ CHECKS: tuple[CheckSpec, ...] = (
               why_not_on_target="it does not report tokens generated per request"),
     CheckSpec("resumption", "(a group of reconnectors) every reconnector resumed at least once (a fault that "
               "missed it proves nothing) and finished on one request id, with event numbers 1..n read once each",
-              _has_behaviour("reconnector"), "clients"),
+              _has_resuming_clients, "clients"),
     CheckSpec("arrivals", "(a `join_while` group) every client was sent while the group it joins still ran, so "
               "its bounds were measured against a running batch", _has_arrival("join_while"), "clients"),
     CheckSpec("capacity_restored", "(a target) N short requests at once after the run complete as they did "

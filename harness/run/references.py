@@ -61,7 +61,7 @@ class References:
         table = token_byte_table(loaded.tokenizer, loaded.model.shape.vocab_size)
         needed: dict[str, int] = {}
         for i, pc in enumerate(planned):
-            if pc.group.behaviour.kind != "bad_request" and streams[i].token_ids:
+            if not pc.group.behaviour.refused and streams[i].token_ids:
                 key = json.dumps([scenario.server.model, pc.prompt, pc.request], sort_keys=True)
                 needed[key] = max(needed.get(key, 0), len(streams[i].token_ids) + 1)
         out: dict[int, list[int]] = {}

@@ -324,11 +324,11 @@ class SimServer:
 
     def opener_for(self, pc: PlannedClient):
         latency, rate, up = sim_network(pc.group)
-        rcvbuf = getattr(pc.group.behaviour, "recv_buffer_bytes", None)
+        rcvbuf = pc.group.behaviour.socket_rcvbuf
 
         async def opener(path: str, body, headers):
             # A bad request is one the server refuses while reading it: the profile's cost for a refusal.
-            cost = self.profile.request_cost(refused=pc.group.behaviour.kind == "bad_request")
+            cost = self.profile.request_cost(refused=pc.group.behaviour.refused)
             conn = SimConnection(self.profile.buffer_bytes(rcvbuf), latency, rate, self.step_clock.core,
                                  cost, self.profile.request_latency_s,
                                  self.profile.read_window(rcvbuf), up, self._idle, self.profile.serving_per_byte_s,

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
+from harness.format.behaviours import BEHAVIOURS as BEHAVIOUR_CLASSES, BehaviourModel
 from harness.format.scenario import Scenario
 
 # What a draw may use. A feature left out of a draw is not used anywhere in it.
@@ -61,10 +62,18 @@ def _floats(lo: float, hi: float, places: int = 2):
 # when the shrinker turns a feature off, the choices after it keep their meaning and the failure
 # usually survives (drawn only where used, a feature turned off shifted every later choice).
 
+def _traits(group: dict) -> type[BehaviourModel]:
+    """A drawn group's behaviour class, whose traits say what it does (the draw is a dict until
+    it is validated as a whole)."""
+    return BEHAVIOUR_CLASSES[group["behaviour"]["kind"]]
+
+
 @st.composite
-def _behaviour(draw, features: frozenset, resume_window_s: float, max_new_tokens: int) -> dict:
+def _behaviour(draw, features: frozenset, resume_window_s: float, max_new_tokens: int, padded: bool) -> dict:
     kind = draw(st.sampled_from(("reader",) + BEHAVIOURS))
     sleeper = {"kind": "sleeper", "read_bytes": draw(st.integers(256, 4096)), "sleep_s": draw(_floats(0.5, 2.0))}
+    if padded:  # a read takes a few padded events
+        sleeper["read_bytes"] = 1024 * 1024
     stalled = {"kind": "stalled", "give_up_s": draw(_floats(1.0, 4.0))}
     trigger = draw(st.sampled_from(["after_tokens", "after_s", "while_waiting"]))
     dropper = {"kind": "dropper", "close": draw(st.sampled_from(["fin", "rst", "mixed"]))}
@@ -86,7 +95,7 @@ def _behaviour(draw, features: frozenset, resume_window_s: float, max_new_tokens
     send = draw(st.sampled_from(sorted(BAD_REQUESTS)))
     bad = {"kind": "bad_request", "send": send, "expect_status": BAD_REQUESTS[send][0],
            "expect_error": BAD_REQUESTS[send][1]}
-    usable = kind in features and (kind != "reconnector" or (resume_window_s and max_new_tokens >= 2))
+    usable = kind in features and (not BEHAVIOUR_CLASSES[kind].resumes or (resume_window_s and max_new_tokens >= 2))
     return {"sleeper": sleeper, "stalled": stalled, "dropper": dropper, "reconnector": reconnector,
             "bad_request": bad}.get(kind, {"kind": "reader"}) if usable else {"kind": "reader"}
 
@@ -113,7 +122,7 @@ def _arrival(draw, features: frozenset, anchors: list[str]) -> dict:
 @st.composite
 def _group(draw, features: frozenset, index: int, earlier: list[dict], resume_window_s: float,
            deadline_on: bool) -> dict:
-    anchors = [g["name"] for g in earlier if g["behaviour"]["kind"] == "reader" and g["request"]["max_new_tokens"] >= 24
+    anchors = [g["name"] for g in earlier if _traits(g).reads_at_full_speed and g["request"]["max_new_tokens"] >= 24
                and "ttft_deadline_ms" not in g["request"] and g["arrival"]["kind"] != "trace"]
     group = {"name": f"g{index}", "count": draw(st.integers(1, MAX_COUNT)), "arrival": draw(_arrival(features, anchors))}
     lo = draw(st.integers(1, MAX_PROMPT_TOKENS))
@@ -132,11 +141,10 @@ def _group(draw, features: frozenset, index: int, earlier: list[dict], resume_wi
     if "padding" in features and padded:
         request["pad_bytes"] = pad_bytes * 1024
     traced = group["arrival"]["kind"] == "trace"  # its lengths are the trace's: no reconnector can count on them
-    group["behaviour"] = draw(_behaviour(features, resume_window_s, 0 if traced else request["max_new_tokens"]))
-    if "pad_bytes" in request and group["behaviour"]["kind"] == "sleeper":  # a read takes a few padded events
-        group["behaviour"]["read_bytes"] = 1024 * 1024
+    group["behaviour"] = draw(_behaviour(features, resume_window_s, 0 if traced else request["max_new_tokens"],
+                                         "pad_bytes" in request))
     gated, deadline = draw(st.booleans()), draw(_floats(0.5, 20.0, 1))  # a first token takes about 1-5 ms here
-    if deadline_on and group["behaviour"]["kind"] != "reconnector" and gated:
+    if deadline_on and not _traits(group).resumes and gated:
         request["ttft_deadline_ms"] = deadline
     group["request"] = request
     delayed, latency_ms = draw(st.booleans()), draw(st.integers(1, 200))
@@ -144,7 +152,7 @@ def _group(draw, features: frozenset, index: int, earlier: list[dict], resume_wi
     toxics = []
     if "latency" in features and delayed:
         toxics.append({"type": "latency", "latency_ms": latency_ms})
-    if "bandwidth" in features and narrow and group["behaviour"]["kind"] != "reconnector" \
+    if "bandwidth" in features and narrow and not _traits(group).resumes \
             and "pad_bytes" not in request:  # 256 KB events at 64 KB/s would outlast the run
         toxics.append({"type": "bandwidth", "rate_kbps": rate_kbps})
     if toxics:
@@ -202,13 +210,13 @@ def scenarios(draw, defect: str = "", model: str = "tiny", for_target: bool = Fa
     # A reconnector comes back after its link's round trip: the window must outlast it (on a
     # 100 ms window a 99 ms link's reconnect came too late, and rightly got 410). A slow link
     # is not drawn for reconnectors for the same reason (the tail it had not read yet).
-    latency = max((t["latency_ms"] for g in groups if g["behaviour"]["kind"] == "reconnector"
+    latency = max((t["latency_ms"] for g in groups if _traits(g).resumes
                    for t in g.get("network", {}).get("toxics", []) if t["type"] == "latency"), default=0)
     if latency and server.get("resume_window_s", 0) < 4 * latency / 1000 + 0.2:
         server["resume_window_s"] = round(4 * latency / 1000 + 0.2, 3)
     data = {"name": "swarm", "description": f"drawn by the swarm; features: {', '.join(sorted(features)) or 'none'}",
             "modes": ["sim", "live"], "server": server, "groups": groups, "drain_s": 10.0}
-    leaving = [g["name"] for g in groups if g["behaviour"]["kind"] in ("dropper", "stalled")]
+    leaving = [g["name"] for g in groups if _traits(g).leaves_early]
     if leaving:  # checked where clients leave (harness.swarm.search drops it when none did)
         data["expect"] = {"release_within": {"steps": 1, "seconds": 0.25}}
     scenario = Scenario.model_validate(data)

@@ -30,8 +30,6 @@ from harness.record.verdict import CheckResult
 # up by another's slowness, as under the naive policy, passes it, and a busy engine does not.
 STALL_BOUND_S = 0.4
 
-STAYING = ("reader", "sleeper", "reconnector")  # clients that wait for the end
-
 
 def _allowed_errors(scenario: Scenario, group) -> set[str]:
     allowed = set()
@@ -39,7 +37,7 @@ def _allowed_errors(scenario: Scenario, group) -> set[str]:
         allowed.add("internal_error")
     if scenario.server.admission == "deadline" and group.request.ttft_deadline_ms is not None:
         allowed.add("deadline_expired")
-    slow = group.behaviour.kind in ("sleeper", "reconnector") or (
+    slow = group.behaviour.may_be_dropped_slow or (
         group.network is not None and any(t.type == "bandwidth" for t in group.network.toxics))
     if slow and scenario.server.policy.value in ("drop", "pause_then_drop"):
         allowed.add("slow_client")
@@ -49,7 +47,7 @@ def _allowed_errors(scenario: Scenario, group) -> set[str]:
 def ends(scenario: Scenario, trace: Trace) -> CheckResult:
     problems, counted = [], 0
     for group in scenario.groups:
-        if group.behaviour.kind not in STAYING:
+        if not group.behaviour.waits_for_end:
             continue
         allowed = _allowed_errors(scenario, group)
         for s in trace.group(group.name):
@@ -69,7 +67,7 @@ def ends(scenario: Scenario, trace: Trace) -> CheckResult:
 def _slow_others(scenario: Scenario) -> bool:
     for g in scenario.groups:
         b = g.behaviour
-        if b.kind in ("sleeper", "stalled") or (b.kind == "dropper" and b.read_pause_s) or (
+        if b.slows_others or (
                 g.network is not None and any(t.type == "bandwidth" for t in g.network.toxics)):
             return True
     return False
@@ -81,7 +79,7 @@ def not_stalled(scenario: Scenario, trace: Trace) -> CheckResult | None:
         return None
     worst, problems, counted = 0.0, [], 0
     for group in scenario.groups:
-        if group.behaviour.kind != "reader" or group.network is not None:
+        if not group.behaviour.reads_at_full_speed or group.network is not None:
             continue
         for s in trace.group(group.name):
             times = s.token_times

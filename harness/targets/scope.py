@@ -23,8 +23,6 @@ from streamlab.presets import PRESETS
 
 # What any server can give a stream: the scenario's words (harness.judge.checks maps eos to stop).
 PORTABLE_OUTCOMES = {"length", "eos", "stop", "client_left", "refused", "incomplete"}
-# Bad requests only a server holding an access key refuses (streamlab serve --api-key).
-KEYED_BAD_REQUESTS = {"missing_key", "wrong_key"}
 
 
 def scenario_refused(scenario: Scenario, target: Target | None = None) -> str | None:
@@ -49,10 +47,8 @@ def group_refused(scenario: Scenario, group, target: Target | None = None) -> st
         # vLLM serves stdlib-small (256 positions) for tiny (1024): it refuses such a request, as it should.
         return (f"{group.name}: asks for up to {group.longest_tokens()} tokens, past the {positions} "
                 f"positions of {model}, which {target.name} serves")
-    if behaviour.kind == "reconnector":
-        return f"{group.name}: resumes by Last-Event-ID (our server's resumption)"
-    if behaviour.kind == "bad_request" and behaviour.send in KEYED_BAD_REQUESTS:
-        return f"{group.name}: {behaviour.send} needs our server's access key"
+    if behaviour.ours_only:
+        return f"{group.name}: {behaviour.ours_only}"
     if group.request.ttft_deadline_ms is not None:
         return f"{group.name}: sends a first-token deadline (our server's deadline gate)"
     if group.request.response_class != "starlette":
@@ -110,7 +106,7 @@ def for_target(scenario: Scenario, target: Target | None = None) -> tuple[Scenar
     elif parity is not None and parity.groups:
         parity = parity.model_copy(update={"groups": [g for g in parity.groups if g in names]})
     # release_within asks that streams leave early: without a group that does, nothing is left to time.
-    leaves = any(g.behaviour.kind == "dropper" or "client_left" in expect.finish_reasons.get(g.name, {})
+    leaves = any(g.behaviour.leaves_early or "client_left" in expect.finish_reasons.get(g.name, {})
                  for g in keep)
     narrowed = expect.model_copy(update={
         "release_within": expect.release_within if leaves else None,

@@ -169,7 +169,7 @@ class TargetWatch:
         target runs each request to its end."""
         wire = self.server.wire
         runs = [(i, pc) for i, pc in enumerate(planned)
-                if pc.group.behaviour.kind != "bad_request" and pc.request["temperature"] == 0 and records[i].token_times]
+                if not pc.group.behaviour.refused and pc.request["temperature"] == 0 and records[i].token_times]
         key = {i: json.dumps([pc.prompt, pc.request], sort_keys=True) for i, pc in runs}
         needed: dict[str, float] = {}  # a request's solo length; inf: to its end (a stream without ids)
         for i, _ in runs:

@@ -3,11 +3,14 @@ error type. Its whole exchange is its own: it sends its bad body and reads the r
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import Field
 
 from harness.format.behaviours.base import READ_DEADLINE_S, BehaviourModel
+
+
+KEYED = {"missing_key", "wrong_key"}  # sends that need a server with an access key: ours
 
 
 class BadRequest(BehaviourModel):
@@ -18,6 +21,15 @@ class BadRequest(BehaviourModel):
         description="missing_key, wrong_key: a good body with no access key, or another one than the server's")
     expect_status: int = Field(ge=400, le=599)
     expect_error: str
+    owns_exchange: ClassVar[bool] = True
+    refused: ClassVar[bool] = True
+
+    @property
+    def ours_only(self) -> str | None:
+        return f"{self.send} needs our server's access key" if self.send in KEYED else None
+
+    def expected_refusal(self, refusals: dict) -> tuple[int, str | None] | None:
+        return refusals.get(self.send, (self.expect_status, self.expect_error))
 
     async def exchange(self, client, budget: int) -> None:
         rec = client.record

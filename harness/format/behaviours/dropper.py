@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import Field, model_validator
 
@@ -18,6 +18,15 @@ class Dropper(BehaviourModel):
     while_waiting: bool = False
     close: Literal["fin", "rst", "mixed"] = "fin"
     read_pause_s: float = Field(0.0, ge=0, description="sleep between reads: a slow reader that leaves early")
+    leaves_early: ClassVar[bool] = True
+
+    @property
+    def close_mode(self) -> str:
+        return self.close
+
+    @property
+    def slows_others(self) -> bool:
+        return self.read_pause_s > 0
 
     @model_validator(mode="after")
     def _one_trigger(self) -> "Dropper":

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import Field
 
@@ -19,6 +19,17 @@ class Reconnector(BehaviourModel):
     close: Literal["fin", "rst", "mixed"] = "fin"
     gap_s: float = Field(0.2, ge=0)
     reconnects: int = Field(1, ge=1, le=50)
+    resumes: ClassVar[bool] = True
+    waits_for_end: ClassVar[bool] = True
+    may_be_dropped_slow: ClassVar[bool] = True
+
+    @property
+    def close_mode(self) -> str:
+        return self.close
+
+    @property
+    def ours_only(self) -> str | None:
+        return "resumes by Last-Event-ID (our server's resumption)"
 
     async def read(self, client, conn, how):
         """Read; leave after N tokens or on a break; come back with Last-Event-ID; until the end."""

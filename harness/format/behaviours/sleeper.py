@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import Field
 
@@ -16,6 +16,16 @@ class Sleeper(BehaviourModel):
     read_bytes: int = Field(65536, ge=1)
     sleep_s: float = Field(0.25, gt=0)
     recv_buffer_bytes: int | None = Field(None, ge=1024, description="live: SO_RCVBUF, so backpressure reaches the server")
+    waits_for_end: ClassVar[bool] = True
+    may_be_dropped_slow: ClassVar[bool] = True
+
+    @property
+    def socket_rcvbuf(self) -> int | None:
+        return self.recv_buffer_bytes
+
+    @property
+    def slows_others(self) -> bool:
+        return True
 
     async def read(self, client, conn, how):
         while not conn.ended:

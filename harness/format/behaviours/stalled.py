@@ -16,6 +16,15 @@ class Stalled(BehaviourModel):
     give_up_s: float = Field(5.0, gt=0)
     close: Literal["fin", "rst"] = "fin"
     before_head: ClassVar[bool] = True
+    leaves_early: ClassVar[bool] = True
+
+    @property
+    def close_mode(self) -> str:
+        return self.close
+
+    @property
+    def slows_others(self) -> bool:
+        return True
 
     async def read(self, client, conn, how):
         await asyncio.sleep(self.give_up_s)  # never reads, not even the head
