@@ -21,7 +21,7 @@ BEHAVIOURS: dict[str, type[BehaviourModel]] = {
     "reader": Reader, "sleeper": Sleeper, "stalled": Stalled, "dropper": Dropper, "reconnector": Reconnector,
     "bad_request": BadRequest,
 }
-Behaviour = Annotated[Union[Reader, Sleeper, Stalled, Dropper, Reconnector, BadRequest], Field(discriminator="kind")]
+Behaviour = Annotated[Union[tuple(BEHAVIOURS.values())], Field(discriminator="kind")]  # every one registered
 
 __all__ = ["BEHAVIOURS", "READ_DEADLINE_S", "BadRequest", "Behaviour", "BehaviourModel", "Dropper", "Reader",
            "Reconnector", "Sleeper", "Stalled"]
