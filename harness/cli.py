@@ -160,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run_or_suite(console: Console, args, ctx, target) -> int:
-    from harness.run.runner import engine_refused, mode_refused, target_refused
+    from harness.run.runner import refused_here
 
     if args.scenario_command == "run":
         try:
@@ -169,8 +169,7 @@ def _run_or_suite(console: Console, args, ctx, target) -> int:
             console.print(f"[red]{exc}[/]")
             return 2
         mode = args.mode or ("live" if target is not None else "sim")
-        refused = (mode_refused(scenario, mode) or engine_refused(scenario, mode, ctx)
-                   or target_refused(scenario, mode, ctx))
+        refused = refused_here(scenario, mode, ctx)
         if refused:  # before any machine fit it would otherwise wait for
             console.print(f"[red]{escape(f'{args.file}: {refused}')}[/]", markup=True, highlight=False)
             return 2
@@ -213,8 +212,8 @@ def _run(console: Console, scenario, mode: str, ctx, place: str = ""):
 def _fit_machine_profile(console: Console, ctx, files, refit: bool = False) -> None:
     """The cost model live runs are judged against (harness.fit.machine.use_machine_profile). A
     target's runs (the session's or a file's own) are not judged against our simulation: nothing
-    to fit for them."""
-    from harness.live.backend import live_unavailable
+    to fit for them (harness.run.runner.fitted_model)."""
+    from harness.run.runner import fitted_model
 
     models = set()
     for path in files:
@@ -222,10 +221,8 @@ def _fit_machine_profile(console: Console, ctx, files, refit: bool = False) -> N
             scenario = load(path)
         except ScenarioError:
             continue  # reported with the run
-        if ctx.target_for(scenario) is not None:
-            continue
-        if {"sim", "live"} <= set(scenario.modes) and live_unavailable(scenario) is None:
-            models.add(scenario.server.model)
+        if fitted_model(scenario, ctx):
+            models.add(fitted_model(scenario, ctx))
     if not models:
         return
     from harness.fit.machine import compared_with_committed, use_machine_profile  # our engine: imported to fit it
@@ -259,9 +256,8 @@ def _print_outcome(console: Console, outcome) -> None:
 def _suite(console: Console, ctx, mode: str, pattern: str, update_baseline: bool = False,
            parity_profile: str = "machine", refit: bool = False) -> int:
     from harness.judge.baselines import load_baselines, save_baselines
-    from harness.live.backend import live_unavailable
     from harness.judge.report import parity_summary, parity_table
-    from harness.run.runner import engine_refused, target_refused
+    from harness.run.runner import refused_here
     from harness.judge.timing import parity_rows
     from harness.judge.baselines import baseline_figures
 
@@ -292,10 +288,7 @@ def _suite(console: Console, ctx, mode: str, pattern: str, update_baseline: bool
         row = rows[scenario.name].append
         for m in modes:
             todo -= 1
-            reason = None if m in scenario.modes else f"not a {m} scenario"
-            if m == "live" and reason is None:
-                reason = live_unavailable(scenario, ctx.target_for(scenario))
-            reason = reason or engine_refused(scenario, m, ctx) or target_refused(scenario, m, ctx)
+            reason = refused_here(scenario, m, ctx)
             if reason:
                 row((scenario.name, m, "[yellow]skipped[/]", "", "", reason))
                 skipped += 1

@@ -6,8 +6,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from harness.live.backend import live_unavailable
-from harness.run.runner import RunContext, run_scenario, target_refused
+from harness.run.runner import RunContext, refused_here, run_scenario
 from harness.format.scenario import SCENARIOS_DIR, load_by_name
 from harness.judge.registry import unobservable
 from harness.format.target import CHECKS, FINDINGS, FRESH_SERVER, PROFILES, ROUTE_SCENARIOS, TARGETS, UNSETTLED
@@ -68,7 +67,7 @@ def run_rows(say=print) -> tuple[list[str], list[str]]:
 
 def _row(scenario, target: str, ctx: RunContext, say) -> tuple[str, list[str]]:
     name = scenario.name
-    reason = live_unavailable(scenario, TARGETS[target]) or target_refused(scenario, "live", ctx)
+    reason = refused_here(scenario, "live", ctx)
     if reason:
         return f"| {name} | {target} | skipped: {reason} |", []
     say(f"{name} on {target}")

@@ -11,7 +11,7 @@ import pytest
 from harness.cores_lock import hold_machine
 from harness.targets.engines import binaries_missing
 from harness.live.backend import live_unavailable
-from harness.run.runner import RunContext, run_scenario, target_refused
+from harness.run.runner import RunContext, refused_here, run_scenario
 from harness.format.scenario import Scenario, load_by_name
 from harness.judge.registry import BY_NAME, unobservable
 from harness.format.target import FINDINGS, FRESH_SERVER, PROFILES, ROUTE_SCENARIOS, TARGETS, UNSETTLED, Target, read_gauges, resolve_target
@@ -329,7 +329,7 @@ def test_a_real_peer_through_toxiproxy(peer, name, peer_sessions):
     missing = binaries_missing(TARGETS[peer].uses)
     if missing:
         missing_peer(missing)
-    reason = live_unavailable(scenario, TARGETS[peer]) or target_refused(scenario, "live", peer_sessions(peer))
+    reason = refused_here(scenario, "live", peer_sessions(peer))
     if reason:
         pytest.skip(reason)
     if (peer, name) in FRESH_SERVER:  # the finding needs a server that served nothing before

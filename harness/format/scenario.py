@@ -344,7 +344,7 @@ class Scenario(Strict):
             for i, g in enumerate(self.groups):
                 net = g.network
                 for j, t in enumerate(net.toxics if net else []):
-                    if t.type not in ("latency", "bandwidth"):
+                    if not t.simulated:
                         raise FieldProblem(("groups", i, "network", "toxics", j, "type"),
                                            f"{t.type} can only run live; set modes: [live] "
                                            f"(simulation models latency and bandwidth)")

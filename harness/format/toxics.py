@@ -5,7 +5,7 @@ bandwidth on its own links (harness/sim/backend.py) and leaves the rest to live 
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, Union
+from typing import Annotated, ClassVar, Literal, Union
 
 from pydantic import Field
 
@@ -13,6 +13,7 @@ from harness.format.strict import Strict
 
 
 class Toxic(Strict):
+    simulated: ClassVar[bool] = False  # the simulation models it on its own links (harness/sim/backend.py)
     stream: Literal["upstream", "downstream"] = "downstream"
     toxicity: float = Field(1.0, ge=0, le=1)
 
@@ -23,6 +24,7 @@ class Toxic(Strict):
 
 class LatencyToxic(Toxic):
     type: Literal["latency"]
+    simulated: ClassVar[bool] = True
     latency_ms: int = Field(ge=0)
     jitter_ms: int = Field(0, ge=0)
 
@@ -32,6 +34,7 @@ class LatencyToxic(Toxic):
 
 class BandwidthToxic(Toxic):
     type: Literal["bandwidth"]
+    simulated: ClassVar[bool] = True
     rate_kbps: int = Field(ge=1, description="KB/s, as Toxiproxy counts it")
 
     def attributes(self) -> dict:

@@ -220,6 +220,29 @@ def target_refused(scenario: Scenario, mode: str, ctx: RunContext) -> str | None
     return scenario_refused(scenario, target)
 
 
+def refused_here(scenario: Scenario, mode: str, ctx: RunContext) -> str | None:
+    """Why `scenario` cannot run in `mode` in this session on this machine, or None: the one answer
+    for `scenario run`, the suite, a pytest item and the targets report. Its file's `modes`, then
+    (live) what this machine lacks for it (Toxiproxy, nginx, a browser, a peer's binary), then
+    what this process lacks (our engine), then what its target cannot run."""
+    from harness.live.backend import live_unavailable
+
+    reason = mode_refused(scenario, mode)
+    if reason is None and mode == "live":
+        reason = live_unavailable(scenario, ctx.target_for(scenario))
+    return reason or engine_refused(scenario, mode, ctx) or target_refused(scenario, mode, ctx)
+
+
+def fitted_model(scenario: Scenario, ctx: RunContext) -> str | None:
+    """The model whose machine fit (harness.fit.machine) a live run of `scenario` is judged
+    against in this session, or None: only a run of our own server that also runs simulated
+    (parity and the live gate compare the two); a target's runs are not judged against our
+    simulation."""
+    if ctx.target_for(scenario) is not None or not {"sim", "live"} <= set(scenario.modes):
+        return None
+    return None if refused_here(scenario, "live", ctx) else scenario.server.model
+
+
 def run_scenario(scenario: Scenario, mode: str, ctx: RunContext, progress=None) -> Outcome:
     """Run and judge one scenario in one mode ("sim" or "live"; "live" aims at the session's or
     the scenario's target). progress(done, total) is called as clients finish. A mode the file
