@@ -8,7 +8,7 @@ import asyncio
 
 from harness.run import runner
 from harness.format.scenario import load_by_name
-from harness.sim.backend import SimStepClock
+from harness.sim.server import SimStepClock
 from harness.record.trace import metric_values, percentile
 from streamlab.config import ServiceConfig
 from streamlab.hub import Hub

@@ -10,7 +10,7 @@ from harness.run import runner
 from harness.sim.clock import SimulationDeadlock, run_virtual
 from harness.format.scenario import load_by_name
 from harness.machine.cost_model import StepCostProfile
-from harness.sim.backend import SimPipe
+from harness.sim.transport import SimPipe
 from streamlab.engine import engine as engine_module
 from streamlab.engine.scheduler import Scheduler
 from streamlab.hub import Hub

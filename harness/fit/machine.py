@@ -79,7 +79,7 @@ MAX_AGE_S = 7 * 24 * 3600.0
 # How the fit is made; a fit cached by another way is made again. 2: per_request_s fitted through
 # the simulation (harness.fit.calibrate.fit_per_request), not as a burst's head span over its heads.
 # 3: a byte's cost split into the server's write and the client's read (harness.fit.calibrate.fit_bytes);
-# 4: the read does not wait for the server's queued work (harness.sim.backend.ServerCore.share);
+# 4: the read does not wait for the server's queued work (harness.sim.transport.ServerCore.share);
 # 5: a refused request's own core time (refused_request_s, from cal_refused);
 # 6: timers due at one virtual moment run in the order they were set (harness.sim.clock), so a
 # burst's requests reach the simulated core in the order they were sent, as cal_batch_* sends them.
