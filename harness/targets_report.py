@@ -9,7 +9,8 @@ from pathlib import Path
 from harness.run.runner import RunContext, refused_here, run_scenario
 from harness.format.scenario import SCENARIOS_DIR, load_by_name
 from harness.judge.registry import unobservable
-from harness.format.target import CHECKS, FINDINGS, FRESH_SERVER, PROFILES, ROUTE_SCENARIOS, TARGETS, UNSETTLED
+from harness.format.target import PROFILES, TARGETS
+from harness.targets.findings import CHECKS, FINDINGS, FRESH_SERVER, ROUTE_SCENARIOS, UNSETTLED
 
 PAGE = Path("docs") / "TARGETS.md"
 RUN_HERE = ["streamlab", "streamlab-openai", "transformers-serve", "llamacpp", "vllm"]

@@ -141,7 +141,7 @@ def test_the_swarm_runs_drawn_scenarios_live_against_a_target():
 def test_the_swarm_runs_against_llama_server():
     """The same against llama.cpp's server: a drawn scenario runs there to its verdicts. What it
     finds is printed (not asserted: a find there is a finding about llama-server, to be recorded
-    in harness/format/target.py once shrunk and confirmed)."""
+    in harness/targets/findings.py once shrunk and confirmed)."""
     result = _target_swarm("llamacpp", seed=3, runs=2)
     assert result.runs >= 1
     if result.found is not None:

@@ -14,7 +14,9 @@ from harness.live.backend import live_unavailable
 from harness.run.runner import RunContext, refused_here, run_scenario
 from harness.format.scenario import Scenario, load_by_name
 from harness.judge.registry import BY_NAME, unobservable
-from harness.format.target import FINDINGS, FRESH_SERVER, PROFILES, ROUTE_SCENARIOS, TARGETS, UNSETTLED, Target, read_gauges, resolve_target
+from harness.format.target import PROFILES, TARGETS, Target, resolve_target
+from harness.targets.findings import FINDINGS, FRESH_SERVER, ROUTE_SCENARIOS, UNSETTLED
+from harness.targets.gauges import read_gauges
 from harness.clients.wire import OpenAIWire
 from streamlab.sse import SSEParser
 from tests.live import AppServer, running

@@ -28,7 +28,8 @@ from harness.run.references import References, engine_missing
 from harness.clients.plan import PlannedClient, plan, tokenizer_for
 from harness.record.trace import StreamRecord, Trace
 from harness.format.scenario import Scenario, load_by_name
-from harness.format.target import FRESH_SERVER, Target
+from harness.format.target import Target
+from harness.targets.findings import FRESH_SERVER
 from streamlab.presets import PRESETS
 
 RESULTS = Path("results") / "scenarios"
@@ -105,7 +106,7 @@ class RunContext:
         """The scenarios in the order to run them live: those a command target serves alike
         (harness.live.backend.LiveBackend.kept_key) side by side, so its server starts once per kind
         (vLLM takes 40 s; in name order the library switched batch size 13 times). Within a kind,
-        a scenario that must start on a fresh server (harness.format.target.FRESH_SERVER) comes first,
+        a scenario that must start on a fresh server (harness.targets.findings.FRESH_SERVER) comes first,
         where the server is fresh anyway, and then the latency baselines others name, so their
         own run is the one the others read (after them, each ran twice: once on demand)."""
         named = {b.baseline_scenario for s in scenarios for b in s.expect.latency} - {None}

@@ -15,7 +15,7 @@ import time
 
 from harness.clients.rawhttp import RawExchange
 from harness.record.trace import NORMAL_FINISHES, StreamRecord, percentile
-from harness.format.target import GaugeReading, read_gauges
+from harness.targets.gauges import GaugeReading, read_gauges
 
 POLL_S = 0.025
 PROBE_PROMPT = "Return the number of items in the container."
