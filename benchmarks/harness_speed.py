@@ -16,7 +16,7 @@ from harness.machine.lag import LoopLag
 from benchmarks.streams import STREAMLAB, timed_stream
 from harness.live.process import ServerProcess
 from harness.run.runner import run_live, simulate
-from harness.format.scenario import load
+from harness.format.load import load
 
 LAG_LIMIT_S = 0.010
 COUNTS = (16, 32, 64, 128, 256, 512)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from harness.run import runner
 from harness.format.scenario import group_slos
 from harness.record.trace import goodput, metric_values, outcomes, percentile
-from harness.format.scenario import load_by_name
+from harness.format.load import load_by_name
 
 RULES = ("waiting_limit", "deadline")
 

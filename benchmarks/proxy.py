@@ -14,7 +14,8 @@ import tracemalloc
 
 from harness.record.trace import metric_values, percentile
 from harness.run.runner import run_live
-from harness.format.scenario import Scenario, load_by_name
+from harness.format.scenario import Scenario
+from harness.format.load import load_by_name
 from streamlab.config import ResumeConfig
 from streamlab.streams import StreamEvent
 

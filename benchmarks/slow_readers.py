@@ -13,7 +13,7 @@ from pathlib import Path
 
 from harness.run.runner import run_live
 from harness.record.trace import metric_values, percentile
-from harness.format.scenario import load
+from harness.format.load import load
 
 POLICIES = ("naive", "unbounded", "pause", "drop", "pause_then_drop")
 SLOW = (0, 1, 2, 4)

@@ -17,7 +17,8 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from harness.format.scenario import SCENARIOS_DIR, ScenarioError, json_schema, load
+from harness.format.scenario import SCENARIOS_DIR
+from harness.format.load import ScenarioError, json_schema, load
 from harness.format.target import TARGETS
 from streamlab.defects import DEFECTS
 

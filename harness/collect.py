@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.format.scenario import Scenario, ScenarioError, load
+from harness.format.scenario import Scenario
+from harness.format.load import ScenarioError, load
 
 MODES = ("sim", "live")
 CONTEXT = pytest.StashKey["RunContext"]()

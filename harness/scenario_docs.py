@@ -1,6 +1,6 @@
 """The generated parts of scenarios/README.md, so that it stays complete for a first author: the
 checks table (from harness/judge/registry.py) and the field reference (every field of the format, from
-the JSON Schema that harness/format/scenario.py's models make). `streamlab scenario schema` writes
+the JSON Schema that harness/format/'s models make). `streamlab scenario schema` writes
 them with schema.json; tests/test_scenario.py fails when either is stale."""
 
 from __future__ import annotations
@@ -9,7 +9,8 @@ import json
 from pathlib import Path
 
 from harness.judge.registry import checks_table
-from harness.format.scenario import SCENARIOS_DIR, json_schema
+from harness.format.scenario import SCENARIOS_DIR
+from harness.format.load import json_schema
 
 README = SCENARIOS_DIR / "README.md"
 MARKS = {  # section -> (begin, end) markers in the README

@@ -7,7 +7,8 @@ import time
 from pathlib import Path
 
 from harness.run.runner import RunContext, refused_here, run_scenario
-from harness.format.scenario import SCENARIOS_DIR, load_by_name
+from harness.format.scenario import SCENARIOS_DIR
+from harness.format.load import load_by_name
 from harness.judge.registry import unobservable
 from harness.format.target import PROFILES, TARGETS
 from harness.targets.findings import CHECKS, FINDINGS, FRESH_SERVER, ROUTE_SCENARIOS, UNSETTLED

@@ -18,7 +18,8 @@ from pathlib import Path
 def main(out: Path) -> int:
     import harness
     from harness.run.runner import simulate
-    from harness.format.scenario import SCENARIOS_DIR, load
+    from harness.format.scenario import SCENARIOS_DIR
+    from harness.format.load import load
 
     out.mkdir(parents=True, exist_ok=True)
     files = sorted(SCENARIOS_DIR.glob("*.yaml"))

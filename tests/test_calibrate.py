@@ -9,7 +9,8 @@ import pytest
 from harness.fit.calibrate import PADDED, REFUSED, UNREAD, calibration_scenarios, fit_bytes, fit_per_request, head_span
 from harness.machine.cost_model import load_profile
 from harness.run.runner import run_trace
-from harness.format.scenario import SCENARIOS_DIR, load
+from harness.format.scenario import SCENARIOS_DIR
+from harness.format.load import load
 from harness.sim.backend import SimBackend
 
 # Times nothing (read for it): may run beside another such item under xdist (harness/cores_lock.py).

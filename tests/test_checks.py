@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from harness.judge.checks import arrivals
-from harness.format.scenario import load_by_name
+from harness.format.load import load_by_name
 from harness.record.trace import StreamRecord
 from tests.helpers import client_trace
 

@@ -4,7 +4,8 @@ import pytest
 
 from harness.record.trace import StreamRecord
 from harness.record.trace import goodput, meets_slo
-from harness.format.scenario import ScenarioError, Slo, load
+from harness.format.scenario import Slo
+from harness.format.load import ScenarioError, load
 
 # Times nothing (read for it): may run beside another such item under xdist (harness/cores_lock.py).
 pytestmark = pytest.mark.shares_cores

@@ -7,7 +7,7 @@ import pytest
 import asyncio
 
 from harness.run import runner
-from harness.format.scenario import load_by_name
+from harness.format.load import load_by_name
 from harness.sim.server import SimStepClock
 from harness.record.trace import metric_values, percentile
 from streamlab.config import ServiceConfig

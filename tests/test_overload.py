@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from benchmarks.overload import figures
-from harness.format.scenario import load_by_name
+from harness.format.load import load_by_name
 
 
 def check(f: dict[str, dict], control_holds: bool = True) -> None:

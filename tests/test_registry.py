@@ -10,7 +10,9 @@ import pytest
 from harness.judge import checks
 from harness.judge import registry
 from harness.run import runner
-from harness.format.scenario import CheckName, Scenario, load_by_name
+from harness.format.scenario import Scenario
+from harness.format.load import load_by_name
+from harness.format.expect import CheckName
 from harness.record.trace import StreamRecord
 from harness.record.verdict import CheckResult
 from tests.helpers import client_trace

@@ -169,7 +169,7 @@ async def test_the_resumption_check_fails_a_run_whose_fault_missed_a_reconnector
     0.3 s resume_proxy_down's fault once missed 200-token streams that were done in 0.27 s."""
     from harness.judge.checks import resumption
     from harness.record.trace import StreamRecord
-    from harness.format.scenario import load_by_name
+    from harness.format.load import load_by_name
     from tests.helpers import client_trace
 
     def stream(i: int, resumes: list[int]) -> StreamRecord:

@@ -7,7 +7,7 @@ import sys
 import textwrap
 
 from harness.run import runner
-from harness.format.scenario import load_by_name
+from harness.format.load import load_by_name
 from streamlab.engine.engine import BatchEngine
 
 

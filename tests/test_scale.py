@@ -21,7 +21,8 @@ import pytest
 from harness.live.backend import live_unavailable
 from harness.clients.plan import plan, tokenizer_for
 from harness.run.runner import RESULTS, RunContext, run_scenario
-from harness.format.scenario import Scenario, load
+from harness.format.scenario import Scenario
+from harness.format.load import load
 from harness.live.shards import Sharding, refused, shard_of, sharding_unavailable
 from streamlab.config import CacheConfig, EngineConfig
 from streamlab.engine.engine import BatchEngine

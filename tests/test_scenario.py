@@ -3,7 +3,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.format.scenario import SCENARIOS_DIR, ScenarioError, json_schema, load
+from harness.format.scenario import SCENARIOS_DIR
+from harness.format.load import ScenarioError, json_schema, load
 
 # Times nothing (read for it): may run beside another such item under xdist (harness/cores_lock.py).
 pytestmark = pytest.mark.shares_cores

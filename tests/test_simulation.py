@@ -8,7 +8,7 @@ import pytest
 
 from harness.run import runner
 from harness.sim.clock import SimulationDeadlock, run_virtual
-from harness.format.scenario import load_by_name
+from harness.format.load import load_by_name
 from harness.machine.cost_model import StepCostProfile
 from harness.sim.transport import SimPipe
 from streamlab.engine import engine as engine_module

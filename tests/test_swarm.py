@@ -12,7 +12,8 @@ from hypothesis import HealthCheck, given, settings
 
 from harness.targets.engines import llama_server_missing
 from harness.live.backend import live_unavailable
-from harness.format.scenario import Scenario, load
+from harness.format.scenario import Scenario
+from harness.format.load import load
 from harness.swarm.search import Judge, search, size, write_found
 from harness.swarm.draw import BEHAVIOURS, FEATURES, scenarios
 from streamlab.defects import DEFECTS

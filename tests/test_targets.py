@@ -12,7 +12,8 @@ from harness.cores_lock import hold_machine
 from harness.targets.engines import binaries_missing
 from harness.live.backend import live_unavailable
 from harness.run.runner import RunContext, refused_here, run_scenario
-from harness.format.scenario import Scenario, load_by_name
+from harness.format.scenario import Scenario
+from harness.format.load import load_by_name
 from harness.judge.registry import BY_NAME, unobservable
 from harness.format.target import PROFILES, TARGETS, Target, resolve_target
 from harness.targets.findings import FINDINGS, FRESH_SERVER, ROUTE_SCENARIOS, UNSETTLED
@@ -213,7 +214,8 @@ def test_no_check_passes_what_the_target_cannot_show():
 # ---- what of a scenario another server can run (harness.targets.scope) ----
 
 def test_a_target_runs_every_group_it_can_and_leaves_out_our_servers_own():
-    from harness.format.scenario import SCENARIOS_DIR, load
+    from harness.format.scenario import SCENARIOS_DIR
+    from harness.format.load import load
     from harness.targets.scope import for_target, scenario_refused
 
     def kept(name):

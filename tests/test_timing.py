@@ -22,7 +22,7 @@ from harness.machine.drift import AT_LEAST, EngineReadings, READINGS, step_timin
 from harness.machine.pace import BUSY_GAP_S, PACED, PACE_MIN_STEPS, group_window, machine_pause, moved, pace, run_pace, step_pace
 from harness.machine.cost_model import load_profile
 from harness.record.trace import StreamRecord
-from harness.format.scenario import load_by_name
+from harness.format.load import load_by_name
 from harness.sim.backend import SimBackend
 from streamlab.engine.engine import BatchEngine
 from tests.helpers import client_trace

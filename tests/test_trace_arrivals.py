@@ -10,7 +10,7 @@ import pytest
 
 from harness.format.arrivals import TraceArrival
 from harness.clients.plan import plan, tokenizer_for
-from harness.format.scenario import ScenarioError, load
+from harness.format.load import ScenarioError, load
 from harness.format.trace_arrivals import read_trace, shipped_traces
 
 # Times nothing (read for it): may run beside another such item under xdist (harness/cores_lock.py).

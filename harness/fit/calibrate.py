@@ -44,7 +44,8 @@ import time
 
 from harness.machine.cost_model import PROFILES, StepCostProfile, calibrate_engine, decode_only
 from harness.record.trace import Trace, metric_values, percentile
-from harness.format.scenario import SCENARIOS_DIR, load
+from harness.format.scenario import SCENARIOS_DIR
+from harness.format.load import load
 
 CALIBRATION_DIR = SCENARIOS_DIR / "calibration"
 REPEATS = 3  # rounds of live runs (each calibration scenario once per round); the spread over rounds is kept

@@ -9,12 +9,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Literal
 
-import yaml
-from pydantic import Field, ValidationError, create_model, field_validator, model_validator
+from pydantic import Field, create_model, field_validator, model_validator
 
 from harness.format.arrivals import Arrival, AtOnce, JoinWhile, TraceArrival
 from harness.format.behaviours import Behaviour
-from harness.format.check_names import NAMES
+from harness.format.expect import Expectations
 from harness.format.strict import FieldProblem, Strict
 from harness.format.toxics import ToxicSpec
 from harness.format.target import Target
@@ -191,76 +190,6 @@ class GroupSpec(Strict):
         return longest + self.request.max_new_tokens
 
 
-# ---- expectations ----
-
-Metric = Literal["ttft_s", "gap_s", "completion_s"]
-
-
-class LatencyBound(Strict):
-    """A percentile of a group's metric, under an absolute bound or a multiple of a baseline's."""
-    group: str
-    metric: Metric
-    percentile: float = Field(50, ge=0, le=100)
-    max_s: float | None = Field(None, gt=0)
-    max_ratio: float | None = Field(None, gt=0)
-    baseline_group: str | None = None
-    baseline_scenario: str | None = None
-
-    @model_validator(mode="after")
-    def _one_bound(self) -> "LatencyBound":
-        if (self.max_s is None) == (self.max_ratio is None):
-            raise ValueError("give exactly one of max_s and max_ratio")
-        if self.max_ratio is not None and self.baseline_group is None and self.baseline_scenario is None:
-            raise ValueError("max_ratio needs baseline_group (this or the baseline scenario's) or baseline_scenario")
-        return self
-
-
-class ReleaseWithin(Strict):
-    steps: int = Field(1, ge=0)
-    seconds: float = Field(0.25, gt=0)
-
-
-CheckName = Literal[NAMES]  # every declared check (harness/format/check_names.py), so any can be a negative control
-
-
-Ratio = tuple[Annotated[float, Field(gt=0)], Annotated[float, Field(gt=0)]]
-
-
-class ParityTolerance(Strict):
-    """A wider live/sim timing tolerance for some groups, with the reason the cost model misses them."""
-    reason: str = Field(min_length=10, description="why the simulation cannot predict these groups' live times")
-    groups: list[str] = Field(default_factory=list, description="the groups it applies to; empty: every group")
-    completion: Ratio | None = Field(None, description="[low, high] live/sim completion (interquartile means); default: "
-                                                       "harness.judge.timing.PARITY_COMPLETION (0.7, 1.4)")
-    ttft: Ratio | None = Field(None, description="[low, high] live/sim TTFT (interquartile means); default: "
-                                                 "harness.judge.timing.PARITY_TTFT (0.6, 1.6)")
-
-
-class OutcomesVary(Strict):
-    """Groups whose outcome each request gets is decided by timing (admission under overload):
-    each outcome must be one of `allowed`, and live and simulation need not agree on the counts."""
-    reason: str = Field(min_length=10)
-    groups: list[str] = Field(min_length=1)
-    allowed: list[str] = Field(min_length=1, description="outcomes: length, eos, stop, refused, or an error type")
-
-
-class Expectations(Strict):
-    leak_free: bool = True
-    exactly_once: bool = True
-    identity: bool = True
-    finish_reasons: dict[str, dict[str, int]] = Field(
-        default_factory=dict, description="group -> {reason: count}; reasons: length, eos, stop, client_left, "
-                                          "refused, or an error type such as slow_client")
-    latency: list[LatencyBound] = Field(default_factory=list)
-    release_within: ReleaseWithin | None = None
-    waste: float | None = Field(None, gt=0, description="max tokens generated per token read, abandoned streams")
-    expect_failure: list[CheckName] = Field(default_factory=list, description="negative controls: these must fail")
-    parity: ParityTolerance | None = Field(None, description="live mode: a wider live/sim timing tolerance")
-    outcomes_vary: OutcomesVary | None = None
-    goodput: dict[str, Annotated[float, Field(ge=0, le=1)]] = Field(
-        default_factory=dict, description="group -> the least fraction of its requests that must meet its slo")
-
-
 class EngineErrorFault(Strict):
     """The model raises inside engine step `at_step`, and/or in any step with probability `rate`."""
     at_step: int = Field(0, ge=0, description="0: no fixed step")
@@ -379,81 +308,3 @@ class Scenario(Strict):
                 raise FieldProblem(("expect", "parity", "groups", i),
                                    f"names unknown group {ref!r}; expected one of {names}")
         return self
-
-
-# ---- loading ----
-
-class ScenarioError(ValueError):
-    """A scenario file with a mistake: the message names the file, the line and the field."""
-
-
-def load_by_name(name: str) -> Scenario:
-    return load(SCENARIOS_DIR / f"{name}.yaml")
-
-
-def _line_of(root: yaml.Node | None, loc: tuple) -> int | None:
-    node, line = root, (root.start_mark.line + 1 if root is not None else None)
-    for part in loc:
-        if isinstance(node, yaml.MappingNode):
-            match = next((v for k, v in node.value if k.value == part), None)
-            if match is None:
-                continue  # a union tag or a model name pydantic adds: not in the file
-            node = match
-        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and part < len(node.value):
-            node = node.value[part]
-        else:
-            continue
-        line = node.start_mark.line + 1
-    return line
-
-
-NEWLINE = b"\n"
-
-
-def _field_part(p) -> str:
-    """A path part as it reads in an error: a plain key as itself, anything odd (an empty key,
-    one with spaces or a newline) quoted, so the message stays one line that names it."""
-    return p if isinstance(p, str) and p.replace("_", "a").isalnum() and p.isascii() else \
-        str(p) if isinstance(p, int) else repr(p)
-
-
-def load(path: str | Path) -> Scenario:
-    path = Path(path)
-    try:
-        raw = path.read_bytes()
-        text = raw.decode("utf-8")
-        data = yaml.safe_load(text)
-        root = yaml.compose(text)
-    except OSError as exc:
-        raise ScenarioError(f"{path}: cannot read: {exc}") from None
-    except UnicodeDecodeError as exc:  # found by fuzzing: a traceback before
-        line = raw[:exc.start].count(NEWLINE) + 1
-        raise ScenarioError(f"{path}:{line}: not UTF-8 text (byte {exc.start})") from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"{path}:{mark.line + 1}" if mark else str(path)
-        raise ScenarioError(f"{where}: not valid YAML: {getattr(exc, 'problem', exc)}") from None
-    if not isinstance(data, dict):
-        raise ScenarioError(f"{path}:1: a scenario is a mapping with at least `name` and `groups`")
-    try:
-        scenario = Scenario.model_validate(data)
-    except ValidationError as exc:
-        lines = []
-        for err in exc.errors():
-            problem = err.get("ctx", {}).get("error")
-            loc = tuple(err["loc"]) + (problem.loc if isinstance(problem, FieldProblem) else ())
-            msg = str(problem) if isinstance(problem, FieldProblem) else err["msg"]
-            field = ".".join(_field_part(p) for p in loc) or "(top level)"
-            lines.append(f"{path}:{_line_of(root, loc)}: {field}: {msg}")
-        raise ScenarioError("\n".join(lines)) from None
-    if scenario.name != path.stem:
-        raise ScenarioError(f"{path}:{_line_of(root, ('name',))}: name: is {scenario.name!r}, expected the file's "
-                            f"stem {path.stem!r}")
-    return scenario
-
-
-def json_schema() -> dict:
-    schema = Scenario.model_json_schema()
-    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
-    schema["title"] = "streamlab scenario"
-    return schema

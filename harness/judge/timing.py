@@ -38,7 +38,8 @@ from harness.record.trace import Trace, holds_nothing, interquartile_mean, metri
 from harness.record.verdict import CheckResult
 
 if TYPE_CHECKING:
-    from harness.format.scenario import LatencyBound, Scenario
+    from harness.format.scenario import Scenario
+    from harness.format.expect import LatencyBound
 
 
 def better(values: list[float], low: float = 0.0, high: float = 1.0) -> float:

@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from harness.record.trace import Trace, metric_values, percentile
 from harness.format.behaviours import Reader
 from harness.format.arrivals import AtOnce, Poisson
-from harness.format.scenario import Expectations, GroupSpec, Scenario
+from harness.format.scenario import GroupSpec, Scenario
+from harness.format.expect import Expectations
 
 BURST_PER_SLOT = 4  # the burst keeps every batch slot busy for about four requests each
 BURST_AT_S = 0.5  # after the lone request (a few ms here; 50 ms would be a machine 10x slower)

@@ -27,7 +27,8 @@ from harness.live.backend import LiveBackend
 from harness.run.references import References, engine_missing
 from harness.clients.plan import PlannedClient, plan, tokenizer_for
 from harness.record.trace import StreamRecord, Trace
-from harness.format.scenario import Scenario, load_by_name
+from harness.format.scenario import Scenario
+from harness.format.load import load_by_name
 from harness.format.target import Target
 from harness.targets.findings import FRESH_SERVER
 from streamlab.presets import PRESETS
