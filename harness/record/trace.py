@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import asdict, dataclass, field, fields
+from typing import Any, TypedDict
 
 # A stream that ended as asked: its length, the model's end of text, or a stop string.
 NORMAL_FINISHES = ("length", "eos", "stop")
@@ -61,18 +62,76 @@ class StreamRecord:
         return self.outcome in NORMAL_FINISHES
 
 
+class Step(TypedDict, total=False):
+    """One step of the server's step log (streamlab.streams.StepRecord, as /debug/steps gives it;
+    `began` on the harness clock once collected). A target's log, if any, may lack the CPU fields."""
+    began: float
+    seconds: float
+    prefilled: int
+    decoded: int
+    prompt_tokens: int
+    events: int
+    decode_context: int
+    cpu_s: float
+    bytes_out: int
+    cpu_waited_s: float
+    cpu_waited_end_s: float
+
+
+class Release(TypedDict):
+    """One request's end (streamlab.streams.ReleaseRecord, as /debug/releases gives it), times on
+    the harness clock."""
+    request_id: str
+    reason: str
+    completion_tokens: int
+    release_step: int
+    released_at: float
+    closed_at: float | None
+    closed_after_step: int | None
+
+
+class Probe(TypedDict):
+    """A target's capacity probe: N short greedy requests at once (harness.targets.watch)."""
+    label: str
+    clients: int
+    completed: int
+    ttft_p50_s: float | None
+
+
+class TargetObservation(TypedDict):
+    """What a target run observed from outside (harness.targets.watch.TargetWatch.finish)."""
+    name: str
+    profile: str
+    api: str
+    native_books: bool
+    gauges: dict | None  # the profile's Gauges, dumped
+    token_ids: bool
+    refusals: dict[str, list]
+    poll_s: float
+    poll_errors: int
+    samples: list[tuple[float, float | None, float | None, float | None]]  # (clock, running, waiting, cache_in_use)
+    final: dict | None  # the last GaugeReading
+    health_after: bool | None
+    probe_before: Probe | None
+    probe_after: Probe
+    settle_note: str | None
+
+
+ServerStats = dict[str, Any]  # /stats after the run drained: the engine's and hub's counters, as the server names them
+
+
 @dataclass(kw_only=True)
 class ServerBooks:
     """What the server's side recorded, after the run drained: a backend's collect() returns it."""
-    server: dict  # /stats after the run drained
-    releases: list[dict]  # one per request the engine ended, times on the harness clock
+    server: ServerStats  # /stats after the run drained
+    releases: list[Release]  # one per request the engine ended, times on the harness clock
     invariants: list[str]
     ledger_problems: list[str]
-    steps: list[dict] = field(default_factory=list)  # the step loop's log: began, seconds, prefilled, decoded
+    steps: list[Step] = field(default_factory=list)  # the step loop's log
     failure: str | None = None  # the step loop's traceback, if it broke
     notes: list[str] = field(default_factory=list)
     step_timing: dict = field(default_factory=dict)  # simulation: real step time against the profile
-    target: dict | None = None  # a target run: what was observed from outside (harness.targets.watch)
+    target: TargetObservation | None = None  # a target run: what was observed from outside
 
 
 @dataclass(kw_only=True)
@@ -108,8 +167,8 @@ class Trace(ServerBooks):
     def group(self, name: str) -> list[StreamRecord]:
         return [s for s in self.streams if s.group == name]
 
-    def release_by_request(self) -> dict[str, list[dict]]:
-        out: dict[str, list[dict]] = {}
+    def release_by_request(self) -> dict[str, list[Release]]:
+        out: dict[str, list[Release]] = {}
         for r in self.releases:
             out.setdefault(r["request_id"], []).append(r)
         return out

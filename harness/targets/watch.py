@@ -14,7 +14,7 @@ import math
 import time
 
 from harness.clients.rawhttp import RawExchange
-from harness.record.trace import NORMAL_FINISHES, StreamRecord, percentile
+from harness.record.trace import Probe, TargetObservation, NORMAL_FINISHES, StreamRecord, percentile
 from harness.targets.gauges import GaugeReading, read_gauges
 
 POLL_S = 0.025
@@ -44,7 +44,7 @@ class TargetWatch:
         if self.profile.gauges is not None:
             self.poller = asyncio.get_running_loop().create_task(self._poll())
 
-    async def probe(self, label: str) -> dict:
+    async def probe(self, label: str) -> Probe:
         """N short greedy requests at once, straight to the server: their TTFT p50 and outcomes."""
         body = self.server.wire.body(PROBE_PROMPT, {"max_new_tokens": PROBE_TOKENS, "temperature": 0.0,
                                                     "top_k": 0, "top_p": 1.0, "stop": [], "ignore_eos": True})
@@ -128,7 +128,7 @@ class TargetWatch:
 
     # ---- after the run ----
 
-    async def finish(self) -> dict:
+    async def finish(self) -> TargetObservation:
         self.cancel()
         final = None
         try:
