@@ -202,3 +202,14 @@ def test_streamlab_serve_starts_and_streams_with_the_harness_unimportable():
         except subprocess.TimeoutExpired:
             os.kill(proc.pid, signal.SIGKILL)
             proc.communicate(timeout=10)
+
+
+def test_every_module_has_its_test_file_or_a_line_in_the_test_readme():
+    """Tests mirror modules: `x.py` is covered by tests/test_x.py, or tests/README.md names the
+    tests that cover it (a row that starts with the module's dotted name)."""
+    readme = (ROOT / "tests" / "README.md").read_text()
+    listed = {line.split("|")[1].strip(" `") for line in readme.splitlines() if line.startswith("|")}
+    missing = sorted(m for m, path in modules().items()
+                     if path.read_text().strip() and not (ROOT / "tests" / f"test_{m.rsplit('.', 1)[-1]}.py").exists()
+                     and m not in listed)
+    assert missing == [], "each needs tests/test_<name>.py or a row in tests/README.md"
