@@ -238,7 +238,7 @@ def step_section(step: dict | None) -> str:
         "transformers' `Conv1D` calls MKL's `addmm`, which repacks the weights on every call; that is most of the "
         "difference at small batches. The gather path copies each sequence's blocks out of the pool (whole "
         "blocks, padded to a multiple of 16) before attention, a copy that grows with the batch and the context; "
-        "the kernel (`streamlab/paged_kernel.py`, a C++ extension built at set-up) reads keys and values where "
+        "the kernel (`streamlab/engine/paged_kernel.py`, a C++ extension built at set-up) reads keys and values where "
         "they lie, each (sequence, head) over its own context in a fixed order, so identity holds by "
         "construction there too (tested bit for bit, alone and in a batch). At one sequence the step is far "
         "below the limit: it reads all 340 MB of weights to make one token, so memory, not arithmetic, "

@@ -17,7 +17,7 @@ from harness.run.runner import run_live
 from harness.format.scenario import Scenario
 from harness.format.load import load_by_name
 from streamlab.config import ResumeConfig
-from streamlab.streams import StreamEvent
+from streamlab.hub.streams import StreamEvent
 
 PATHS = {
     "direct": None,

@@ -214,7 +214,7 @@ def run_step_bench(loaded: LoadedModel, batch_sizes: list[int], prompt_len: int,
         r["flops"] = decode_step_flops(loaded, r["batch"], context)
         r["paged_gflops"] = r["flops"] / (r["paged_ms"] / 1e3) / 1e9
         r["fraction_of_limit"] = r["paged_gflops"] / limit["gflops"]
-    from streamlab import paged_kernel
+    from streamlab.engine import paged_kernel
 
     contexts = [kernel_vs_gather(loaded, max(batch_sizes), n, steps, repeats, warmup) for n in (160, 400)]
     return {"kernel_vs_gather": contexts, "model": loaded.name, "prompt_tokens": prompt_len, "steps": steps, "repeats": repeats,

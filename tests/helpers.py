@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from streamlab.config import CacheConfig
 from streamlab.engine.engine import BatchEngine
 from streamlab.engine.outputs import FinishEvent
-from streamlab.model import GPT2
+from streamlab.engine.model import GPT2
 from streamlab.sampling import top2_margin
 
 MAX_STEPS = 20_000  # every loop is bounded

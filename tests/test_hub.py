@@ -1,4 +1,4 @@
-"""The hub (streamlab/hub.py): one step loop, run by the server's step thread and by the simulation."""
+"""The hub (streamlab/hub/): one step loop, run by the server's step thread and by the simulation."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from harness.sim.server import SimStepClock
 from harness.record.trace import metric_values, percentile
 from streamlab.config import ServiceConfig
 from streamlab.hub import Hub
-from streamlab.step_clock import WallStepClock
+from streamlab.hub.step_clock import WallStepClock
 from tests.asgi import running_service
 
 # Times nothing (read for it): may run beside another such item under xdist (harness/cores_lock.py).

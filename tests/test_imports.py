@@ -1,6 +1,6 @@
 """The packages' import graph: no cycle anywhere in streamlab/ or harness/, lazy and type-only
 imports (under `if TYPE_CHECKING:`) included; the harness's packages import only downwards in
-their layer order (docs/HARNESS.md draws it); and the service never imports the harness (its
+their layer order (docs/LAYOUT.md draws it); and the service never imports the harness (its
 `scenario` and `lab` commands are entry points)."""
 
 from __future__ import annotations
@@ -162,6 +162,34 @@ def test_the_walk_finds_a_cycle_when_there_is_one():
     graph = import_graph()
     graph["harness.record.verdict"] = graph["harness.record.verdict"] | {"harness.run.runner"}  # runner -> checks -> verdict
     assert any("harness.record.verdict" in c and "harness.run.runner" in c for c in cycles(graph))
+
+
+# The service's rooms, lowest first: the engine (and the model it runs) knows no stream; the hub
+# knows the engine and no route; the routes and responses sit above both (docs/LAYOUT.md).
+SERVICE_BELOW_HUB = "streamlab.engine"
+SERVICE_ABOVE_HUB = ("streamlab.app", "streamlab.serving_routes", "streamlab.operator_routes", "streamlab.lab_routes",
+                     "streamlab.responses", "streamlab.server", "streamlab.metrics")
+
+
+def service_violations(graph: dict[str, set[str]]) -> list[str]:
+    out = []
+    for module, targets in graph.items():
+        for target in targets:
+            if module.startswith(SERVICE_BELOW_HUB + ".") and target.startswith(("streamlab.hub", *SERVICE_ABOVE_HUB)):
+                out.append(f"{module} -> {target}: the engine knows no stream or route")
+            elif module.startswith("streamlab.hub") and target.startswith(SERVICE_ABOVE_HUB):
+                out.append(f"{module} -> {target}: the hub knows no route")
+    return sorted(out)
+
+
+def test_the_service_imports_from_the_routes_to_the_hub_to_the_engine():
+    assert service_violations(import_graph()) == []
+    graph = import_graph()
+    graph["streamlab.engine.scheduler"] = graph["streamlab.engine.scheduler"] | {"streamlab.hub.streams"}
+    graph["streamlab.hub.delivery"] = graph["streamlab.hub.delivery"] | {"streamlab.responses"}
+    assert service_violations(graph) == [  # the check sees an upward import
+        "streamlab.engine.scheduler -> streamlab.hub.streams: the engine knows no stream or route",
+        "streamlab.hub.delivery -> streamlab.responses: the hub knows no route"]
 
 
 def test_the_service_imports_nothing_from_the_harness():

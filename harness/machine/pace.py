@@ -39,7 +39,7 @@ PACED = "paced"  # how a paced simulation's note begins
 
 
 def machine_waits(a: dict, b: dict) -> tuple[float, float]:
-    """The step thread's run delay (ready to run, no CPU: streamlab.step_clock.CpuWait) in step
+    """The step thread's run delay (ready to run, no CPU: streamlab.hub.step_clock.CpuWait) in step
     `a`, and in the gap from its end to the next step `b`'s start; 0 where the log has none."""
     if "cpu_waited_end_s" not in a:  # a log without it (another server, an older one)
         return 0.0, 0.0

@@ -63,7 +63,7 @@ class StreamRecord:
 
 
 class Step(TypedDict, total=False):
-    """One step of the server's step log (streamlab.streams.StepRecord, as /debug/steps gives it;
+    """One step of the server's step log (streamlab.hub.streams.StepRecord, as /debug/steps gives it;
     `began` on the harness clock once collected). A target's log, if any, may lack the CPU fields."""
     began: float
     seconds: float
@@ -79,7 +79,7 @@ class Step(TypedDict, total=False):
 
 
 class Release(TypedDict):
-    """One request's end (streamlab.streams.ReleaseRecord, as /debug/releases gives it), times on
+    """One request's end (streamlab.hub.streams.ReleaseRecord, as /debug/releases gives it), times on
     the harness clock."""
     request_id: str
     reason: str

@@ -18,7 +18,7 @@ from streamlab.engine.faults import FaultPlan
 from streamlab.engine.outputs import StepOutput
 from streamlab.hub import Hub
 from streamlab.idle import drained
-from streamlab.step_clock import Wait
+from streamlab.hub.step_clock import Wait
 
 
 

@@ -8,7 +8,7 @@ from collections import deque
 from collections.abc import Callable
 
 from streamlab.engine.outputs import StepOutput
-from streamlab.streams import ReleaseRecord, StepRecord
+from streamlab.hub.streams import ReleaseRecord, StepRecord
 
 
 class HubBooks:

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from streamlab import paged_kernel
+from streamlab.engine import paged_kernel
 from streamlab.engine.cache import KVCache
 from streamlab.presets import GPT2Shape
 
@@ -54,7 +54,7 @@ class AttentionGroup:
 
 @dataclass(frozen=True)
 class TableAttention:
-    """Decode attention through the block tables by the paged kernel (streamlab.paged_kernel)."""
+    """Decode attention through the block tables by the paged kernel (streamlab.engine.paged_kernel)."""
     tables: torch.Tensor  # (B, nb) each sequence's blocks, padded with the pad block
     context: torch.Tensor  # (B,) positions each attends over
     block_size: int

@@ -10,10 +10,12 @@ Every way a stream ends (finished, client gone, dropped as slow, shut down, erro
 close(), which is idempotent and never waits. The engine never waits for a client, except
 under the `naive` policy, kept as the negative control that shows head-of-line blocking.
 
-What a stream holds is streams.py's, the books books.py's, resumption resumption.py's and a
-step's clock step_clock.py's. What is left here (about 450 lines: admission, delivery, the
-policies' actions, close, the step loop) all reads and writes the one map of open streams
-under the one-close rule; split further, that map would be shared between modules.
+This module owns the map of open streams and every change to it: admission, resumption's
+attach and leave, the one close, the server's life cycle and what it reports. The other jobs
+are the hub's parts, each in its own module and mixed in: delivery.py (a step's output into
+events, events out in order), backpressure.py (a policy's actions), step_loop.py (the step loop
+for both drivers). What a stream holds is streams.py's, the books books.py's, resumption
+resumption.py's and a step's clock step_clock.py's.
 """
 
 from __future__ import annotations
@@ -21,35 +23,29 @@ from __future__ import annotations
 import asyncio
 import itertools
 import math
-import logging
 import threading
 import time
-import traceback
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import Callable
 
-from streamlab.detokenizer import TextStream, token_byte_table
-from streamlab.engine.engine import BatchEngine
-from streamlab.engine.outputs import StepOutput
-from streamlab.engine.sequence import FinishReason
 from streamlab.config import ResumeConfig
 from streamlab.deadline import StepCostModel, predict_ttft_s
+from streamlab.detokenizer import TextStream, token_byte_table
+from streamlab.engine.engine import BatchEngine
 from streamlab.errors import DeadlineUnmeetable, Overloaded, ShuttingDown
-from streamlab.policies import Action, BackpressureConfig, Policy, admits, backpressure
+from streamlab.hub.backpressure import Backpressure
+from streamlab.hub.books import HubBooks
+from streamlab.hub.delivery import Delivery
+from streamlab.hub.resumption import Resumption
+from streamlab.hub.step_clock import Clock
+from streamlab.hub.step_loop import StepLoop, log
+from streamlab.hub.streams import Stream, StreamEvent
+from streamlab.policies import BackpressureConfig, Policy, admits
 from streamlab.sampling import SamplingParams
-from streamlab.resumption import Resumption
-from streamlab.step_clock import Clock, StepClock, Wait, WallStepClock
-from streamlab.books import HubBooks
-from streamlab.streams import StepRecord, Stream, StreamEvent
-
-log = logging.getLogger("streamlab.hub")
-
-IDLE_POLL_S = 0.05  # the step thread's longest sleep when idle (wishes also wake it at once)
-
 
 WARM_UP_DEADLINE_S = 120.0  # start() waits this long for the step thread's warm-up
 
 
-class Hub:
+class Hub(Delivery, Backpressure, StepLoop):
     def __init__(self, engine: BatchEngine, tokenizer, backpressure_cfg: BackpressureConfig = BackpressureConfig(),
                  waiting_limit: int = 64, clock: Clock = time.monotonic, first_token: str = "prefill",
                  resume: ResumeConfig = ResumeConfig(), admission: str = "waiting-limit",
@@ -177,41 +173,6 @@ class Hub:
             self._end_with_error(stream, "deadline_expired",
                                  "the first-token deadline passed while the request waited for a slot")
 
-    def _push(self, stream: Stream, kind: str, payload: dict) -> None:
-        stream.queue.append(StreamEvent(kind, payload, stream.next_id))
-        stream.next_id += 1
-
-    async def events(self, stream: Stream, keepalive_s: float,
-                     replay: list[StreamEvent] = ()) -> AsyncIterator[StreamEvent | None]:
-        """The stream's events in order, ending with done or error; None means 'send a keep-alive'.
-        A resumed connection first gets `replay`; it stops as soon as another connection takes over."""
-        attachment = stream.attachment
-        for event in replay:
-            stream.writing_since = self.clock()
-            yield event
-            stream.written(self.clock())
-        while stream.attachment == attachment:
-            if stream.queue:
-                event = stream.queue.popleft()
-                stream.taken.set()
-                self.resumption.keep(stream, event)
-                if event.kind in ("done", "error"):
-                    stream.end_taken = True
-                    yield event
-                    return
-                self._apply_backpressure(stream)
-                stream.writing_since = self.clock()
-                yield event
-                stream.written(self.clock())
-                continue
-            if stream.closed or stream.end_taken:
-                return
-            stream.wakeup.clear()
-            try:
-                await asyncio.wait_for(stream.wakeup.wait(), keepalive_s)
-            except TimeoutError:
-                yield None
-
     # ---- resumption (event loop thread) ----
 
     def attach(self, last_event_id: str) -> tuple[Stream, list[StreamEvent]]:
@@ -283,182 +244,6 @@ class Hub:
         self._work.set()
         if self._on_wish is not None:
             self._on_wish()
-
-    def _apply_backpressure(self, stream: Stream) -> None:
-        if stream.finished or stream.closed:
-            return
-        now = self.clock()
-        decision = backpressure(self.cfg, len(stream.queue), stream.paused, stream.at_limit_since, now,
-                                stream.client_stalled_s(now))
-        stream.at_limit_since = decision.at_limit_since
-        if decision.at_limit_since is None:
-            stream.stalled_s = 0.0
-        if decision.action is Action.PAUSE:
-            stream.paused = True
-            self.engine.pause(stream.request_id)
-        elif decision.action is Action.RESUME:
-            stream.paused = False
-            self.engine.resume(stream.request_id)
-            self._wake()
-        elif decision.action is Action.DROP:
-            self._end_with_error(stream, "slow_client",
-                                 f"the client held the stream {self.cfg.queue_limit} events behind for over "
-                                 f"{self.cfg.stall_timeout_s} s")
-
-    async def _stall_ticker(self) -> None:
-        # Drop decisions need time to pass with no new events, so they are also checked here.
-        period = min(self.cfg.stall_timeout_s / 4, 0.05)
-        while True:
-            await asyncio.sleep(period)
-            for stream in list(self._streams.values()):
-                if stream.at_limit_since is not None:
-                    self._apply_backpressure(stream)
-
-    def _deliver(self, out: StepOutput, released_at: float) -> list[Stream]:
-        """Event loop thread: turn one step's output into stream events. Returns the streams touched."""
-        touched: dict[str, Stream] = {}
-        for tok in out.tokens:
-            stream = self._streams.get(tok.request_id)
-            if stream is None or stream.finished:
-                self.books.counters["late_events_dropped"] += 1
-                continue
-            self._push(stream, "token", {"index": tok.index, "token_id": tok.token_id,
-                                         "text": stream.text.deltas[tok.index]})
-            stream.completion_tokens += 1
-            touched[stream.request_id] = stream
-        for fin in out.finished:
-            stream = self._streams.get(fin.request_id)
-            if stream is None or stream.finished:
-                self.books.counters["late_events_dropped"] += 1
-                continue
-            if fin.reason is FinishReason.CANCELLED:  # cancelled by no one the hub knows: say so
-                self._push(stream, "error", {"error": {"type": "cancelled", "message": "the request was cancelled"}})
-            elif fin.reason is FinishReason.ERROR:  # its step failed; the server goes on
-                self.books.cancelled("internal_error")
-                self._push(stream, "error", {"error": {"type": "internal_error",
-                                                       "message": "the engine failed in the step this request was in"}})
-            else:
-                tail = stream.text.flush()
-                if tail and stream.queue and stream.queue[-1].kind == "token":
-                    stream.queue[-1].payload["text"] += tail
-                self._push(stream, "done", {
-                    "finish_reason": fin.reason.value,
-                    "usage": {"prompt_tokens": stream.prompt_tokens, "completion_tokens": fin.completion_tokens}})
-            stream.finished = True
-            touched[stream.request_id] = stream
-        for stream in touched.values():
-            stream.max_queued = max(stream.max_queued, len(stream.queue))
-            self._apply_backpressure(stream)
-            stream.wakeup.set()
-        return list(touched.values())
-
-    async def deliver_and_wait(self, out: StepOutput, released_at: float) -> None:
-        """The naive policy: hand each stream its events and wait until its reader took them (the
-        step thread runs it on the loop; the simulation awaits it after a Wait.READERS step)."""
-        for stream in self._deliver(out, released_at):
-            while stream.queue and not stream.closed and not self._stopping.is_set():
-                stream.taken.clear()
-                await stream.taken.wait()
-
-    # ---- the step loop: one for the step thread and the simulation ----
-
-    def wake_with(self, wake: Callable[[], None]) -> None:
-        """For a driver of step_loop other than the step thread (the simulation): called whenever
-        a wish arrives (a request, a cancel), so an idle driver steps again at once."""
-        self._on_wish = wake
-
-    @property
-    def waits_for_readers(self) -> bool:
-        """The naive policy: after each step the loop waits until every reader took its events."""
-        return self.cfg.policy is Policy.NAIVE
-
-    def step_loop(self, clock: "StepClock") -> Iterator[tuple[Wait, StepOutput | None, float]]:
-        """The step loop, written once. It yields what its driver must wait for: IDLE (until a
-        wish arrives), STEP_END (until `end` on the driver's clock) or READERS (the naive policy:
-        until the readers took the step's events). The step thread blocks; the simulation awaits."""
-        while not self._stopping.is_set():
-            self._work.clear()
-            if not self.engine.has_work():
-                yield Wait.IDLE, None, 0.0
-                continue
-            out, end = self.run_step(clock)
-            yield (Wait.READERS if self.waits_for_readers else Wait.STEP_END), out, end
-
-    def run_step(self, clock: "StepClock") -> tuple[StepOutput, float]:
-        """One engine step: first tokens handed over per prefill pass, releases noted, the step
-        logged, and its events posted to the event loop at the time the clock says it ended."""
-        self.step_in_flight = True
-        try:
-            return self._step(clock)
-        finally:
-            self.step_in_flight = False
-
-    def _step(self, clock: "StepClock") -> tuple[StepOutput, float]:
-        began, cpu_waited = clock.begin(), clock.cpu_waited()
-        # Bytes written to clients since the last step began: work on the same cores between steps (harness.judge.timing.pace).
-        bytes_before, self.books.bytes_logged = self.books.bytes_out - self.books.bytes_logged, self.books.bytes_out
-        prefilled_early = prefill_tokens_early = events_early = 0
-
-        def hand_over(part: StepOutput) -> None:  # mid-step: a prefill pass's first tokens go out now
-            nonlocal prefilled_early, prefill_tokens_early, events_early
-            at = clock.done(part)
-            self.books.record_releases(part, at)
-            prefilled_early += part.prefilled
-            prefill_tokens_early += part.prefill_tokens
-            events_early += len(part.tokens) + len(part.finished)
-            clock.post(at, self._deliver, part, at)
-
-        cpu0 = time.thread_time()
-        out = self.engine.step(hand_over if self.early_first_token else None)
-        cpu_s = time.thread_time() - cpu0
-        end, cpu_waited_end = clock.end(out), clock.cpu_waited()
-        self.books.record_releases(out, end)
-        self.books.step_log.append(StepRecord(began, end - began, out.prefilled + prefilled_early, out.decoded,
-                                        out.prefill_tokens + prefill_tokens_early,
-                                        len(out.tokens) + len(out.finished) + events_early, out.decode_context,
-                                        cpu_s, bytes_before, cpu_waited, cpu_waited_end))
-        self.step_costs.observe(out.decoded + out.prefill_tokens + prefill_tokens_early, end - began)
-        if not self.waits_for_readers:
-            clock.post(end, self._deliver, out, end)
-        return out, end
-
-    def fail(self, exc: BaseException) -> None:
-        """The step loop broke (either driver): keep the traceback, end every stream, refuse new ones."""
-        log.error("step loop failed", exc_info=exc)
-        self.failure = exc
-        self.failure_traceback = "".join(traceback.format_exception(exc))
-        if self._loop is not None and not self._loop.is_closed():
-            self._loop.call_soon_threadsafe(self.end_all, "internal_error")
-
-    def _run(self, warm_up: Callable[[], None] | None = None, warmed: threading.Event | None = None) -> None:
-        """The step thread: the step loop on the wall clock."""
-        assert self._loop is not None
-        clock = None
-        try:
-            try:
-                if warm_up is not None:
-                    warm_up()
-            finally:
-                if warmed is not None:
-                    warmed.set()
-            clock = WallStepClock(self.clock, self._loop)
-            for wait, out, end in self.step_loop(clock):
-                if wait is Wait.IDLE:
-                    self._work.wait(IDLE_POLL_S)
-                elif wait is Wait.READERS:
-                    future = asyncio.run_coroutine_threadsafe(self.deliver_and_wait(out, end), self._loop)
-                    while not self._stopping.is_set():
-                        try:
-                            future.result(timeout=IDLE_POLL_S)
-                            break
-                        except TimeoutError:
-                            continue
-                # Wait.STEP_END: on the wall clock the step has already ended.
-        except BaseException as exc:  # a broken engine must not fail silently
-            self.fail(exc)
-        finally:
-            if clock is not None:
-                clock.cpu_waited.close()
 
     # ---- inspection ----
 

@@ -3,7 +3,7 @@ already taken (bounded by events and bytes), a completed stream's for the resume
 ended (its last events were written, not necessarily read: a client cut off before they arrived
 gets them replayed), and why each recently ended stream can no longer be resumed (bounded by
 --history, so a late resume gets 410, not 404). The hub owns the streams and
-their windows (streamlab/hub.py: attach, leave); this finds a stream to resume and what to replay,
+their windows (streamlab/hub/hub.py: attach, leave); this finds a stream to resume and what to replay,
 or refuses before the first byte."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import json
 
 from streamlab.config import ResumeConfig
 from streamlab.errors import ResumeGap, StreamGone, StreamNotFound
-from streamlab.streams import Stream, StreamEvent
+from streamlab.hub.streams import Stream, StreamEvent
 
 
 class Resumption:

@@ -11,7 +11,7 @@ construction. Its results differ from the gather path's in the last bits (anothe
 order), so a server runs one path for all its streams and its solo references.
 
 Built once per machine and torch version into the machine's cache (streamlab.cache:
-torch_extensions/torch-<version>/, so a fresh clone loads it; `python -m streamlab.paged_kernel`,
+torch_extensions/torch-<version>/, so a fresh clone loads it; `python -m streamlab.engine.paged_kernel`,
 run by `scripts/dev setup`); where it cannot be built, `available()` says why and the gather path
 is used. The file is named by the source's hash, so a changed kernel is built anew.
 """

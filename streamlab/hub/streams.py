@@ -1,5 +1,5 @@
 """What one stream holds (its queue, its resumption buffer, its policy state) and what the step
-loop records of each step and each release. The hub (streamlab/hub.py) owns them all."""
+loop records of each step and each release. The hub (streamlab/hub/hub.py) owns them all."""
 
 from __future__ import annotations
 
