@@ -74,5 +74,5 @@ def client_trace(scenario: str, mode: str, streams: list):
     """A trace holding only its clients' records (no server state, steps or releases)."""
     from harness.record.trace import Trace
 
-    return Trace(scenario=scenario, mode=mode, seed=0, config={}, streams=streams, server={}, releases=[],
+    return Trace(scenario=scenario, mode=mode, seed=0, spec=None, streams=streams, server={}, releases=[],
                  invariants=[], ledger_problems=[])

@@ -164,11 +164,6 @@ class Slo(Strict):
         return self.ttft_x_lone is not None or self.tpot_x_lone is not None
 
 
-def group_slos(config: dict) -> dict[str, Slo]:
-    """The SLO of each group that declares one, from a scenario as recorded on a trace (its config)."""
-    return {g["name"]: Slo.model_validate(g["slo"]) for g in config.get("groups", []) if g.get("slo")}
-
-
 class GroupSpec(Strict):
     name: str = Field(pattern=r"^[a-z][a-z0-9_]*$")
     # Bounded so a typo cannot ask one harness for a million sockets; past one process, see docs/SCALE.md.
@@ -224,6 +219,10 @@ class Scenario(Strict):
     target: Target | None = Field(None, description="live: the server to aim at (default: this scenario's own "
                                                     "streamlab serve); --target overrides it")
     faults: Faults | None = Field(None, description="lab: faults injected into the server (needs server: {lab: true})")
+
+    def slos(self) -> dict[str, Slo]:
+        """The SLO of each group that declares one (on a run's trace: as the run resolved it)."""
+        return {g.name: g.slo for g in self.groups if g.slo is not None}
 
     @model_validator(mode="after")
     def _references(self) -> "Scenario":

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from harness.record.verdict import CheckResult
-from harness.format.scenario import group_slos
 from harness.record.trace import LEFT_BEHIND, NORMAL_FINISHES, Trace, goodput, holds_nothing
 from harness.format.arrivals import JoinWhile
 from harness.format.scenario import Scenario
@@ -127,7 +126,7 @@ def goodput_check(scenario: Scenario | None, trace: Trace, solo: dict | None = N
     """Each named group: at least this share of its requests met its SLO."""
     problems, figures, bounds = [], [], []
     for name, least in scenario.expect.goodput.items():
-        slo = group_slos(trace.config)[name]  # as resolved for this run (harness.run.capacity)
+        slo = trace.spec.slos()[name]  # as resolved for this run (harness.run.capacity)
         g = goodput(trace.group(name), slo)
         figures.append(f"{name} {g['good']}/{g['requests']} met the SLO ({g['per_s']:.2f}/s)")
         bounds.append(f"{name} >= {least:.0%}")

@@ -10,7 +10,6 @@ from pathlib import Path
 
 from rich.table import Table
 
-from harness.format.scenario import group_slos
 from harness.record.trace import Trace, goodput, metric_values, outcomes, percentile
 
 
@@ -23,7 +22,7 @@ def group_table(trace: Trace) -> Table:
                         f"harness clock, {trace.wall_s:.1f}s wall")
     for col in ("group", "n", "outcomes", "TTFT p50/p99 ms", "gap p50/p99 ms", "done p50/p99 ms", "tokens read"):
         table.add_column(col, justify="left" if col in ("group", "outcomes") else "right")
-    slos = group_slos(trace.config)
+    slos = trace.spec.slos() if trace.spec is not None else {}
     if slos:
         table.add_column("goodput", justify="right")
     names = list(dict.fromkeys(s.group for s in trace.streams))

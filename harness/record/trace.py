@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass, field, fields
-from typing import Any, TypedDict
+from dataclasses import asdict, dataclass, field, fields, replace
+from typing import Any, Protocol, TypedDict
 
 # A stream that ended as asked: its length, the model's end of text, or a stop string.
 NORMAL_FINISHES = ("length", "eos", "stop")
@@ -134,13 +134,23 @@ class ServerBooks:
     target: TargetObservation | None = None  # a target run: what was observed from outside
 
 
+class RunScenario(Protocol):
+    """The scenario a run ran, as the run resolved it (harness.format.scenario.Scenario): kept on
+    the trace as the object, written as its JSON only when the trace is."""
+    name: str
+
+    def model_dump(self, *, mode: str) -> dict: ...
+
+    def slos(self) -> dict[str, Any]: ...
+
+
 @dataclass(kw_only=True)
 class Trace(ServerBooks):
     """One run: the server's books, every client's record, and what the run was."""
     scenario: str
     mode: str
     seed: int
-    config: dict
+    spec: RunScenario | None  # None: a trace made by hand (tests)
     streams: list[StreamRecord]
     wall_s: float = 0.0
     duration_s: float = 0.0  # on the harness clock (virtual in simulation)
@@ -153,8 +163,15 @@ class Trace(ServerBooks):
     def of(cls, books: ServerBooks, **run) -> "Trace":
         return cls(**{f.name: getattr(books, f.name) for f in fields(ServerBooks)}, **run)
 
+    @property
+    def config(self) -> dict:
+        """The scenario as it ran, as JSON data (what a written trace carries)."""
+        return self.spec.model_dump(mode="json") if self.spec is not None else {}
+
     def to_json(self) -> str:
-        data = asdict(self)
+        data = asdict(replace(self, spec=None))
+        data.pop("spec")
+        data["config"] = self.config
         # The only fields that are not a function of the scenario and seed in simulation.
         data.pop("wall_s")
         data.pop("step_timing")
@@ -222,7 +239,7 @@ def metric_values(streams: list[StreamRecord], metric: str) -> list[float]:
 def meets_slo(s: StreamRecord, slo) -> bool:
     """Finished normally, first token within slo.ttft_ms, later tokens within slo.tpot_ms each on average."""
     if slo.relative:  # a multiple of a lone request's times: only a run's probe makes it milliseconds
-        raise ValueError("an SLO relative to a lone request is judged as the run resolved it (harness.format.scenario.group_slos)")
+        raise ValueError("an SLO relative to a lone request is judged as the run resolved it (Trace.spec.slos())")
     if not s.finished_normally or not s.token_times or s.sent_at is None or s.ended_at is None:
         return False
     ttft = s.token_times[0] - s.sent_at

@@ -157,7 +157,7 @@ def run_trace(scenario: Scenario, backend: Backend, progress=None,
             books = await server.collect(readings)
             references = await server.references(planned, records)
         return Trace.of(books, scenario=scenario.name, mode=backend.mode, seed=scenario.seed,
-                        config=scenario.model_dump(mode="json"), streams=records, duration_s=end,
+                        spec=scenario, streams=records, duration_s=end,
                         references=references or {},
                         workers=[r.summary() for r in sharding.reports] if sharding is not None else [])
 
