@@ -17,24 +17,11 @@ if TYPE_CHECKING:
 
 # ---- the server's pace during a live run ----
 
-# The machine moves by minutes: right after a fit the engine alone read 1.5x and the yardstick
-# 1.3x their times at it, and a fit made in five rounds leaves a batch-8 step's serving term
-# +-20% (1.1-2.5 ms per round under a 0.5 quota). A live run's own step log says how fast the
-# server ran while it served the scenario; parity's simulation is run again at that pace where
-# it moved past MOVED. The yardstick cannot stand in for it (bdbbb59, reverted: it read 1.4-2.05x
-# while the Python-bound serving had not slowed). Only parity uses the paced simulation: the
-# regression gate and the committed live/sim ratios keep the machine's profile, so a slower
-# server is not paced away there, and drift judges the engine against the yardstick.
+# The measurements that sized these: docs/HARNESS.md ("Every bound and what sized it").
 MOVED = 1.15  # past this the run's pace is the machine, not a fit's per-round spread
-# A busy step loop begins the next step 0.03-0.1 ms after a step ends (live, at full speed and at a
-# 0.5 quota); waiting for work, or for paused readers, it waits milliseconds to seconds.
-BUSY_GAP_S = 0.001
+BUSY_GAP_S = 0.001  # a busy loop begins its next step within this; waiting, it waits milliseconds or more
 PACE_MIN_STEPS = 20  # fewer busy steps are not a pace
-# In the slow-reader files a quarter of the steps read about 3x what the profile says (the step
-# thread waiting while the event loop writes to full buffers) and the rest about 1x: counted,
-# they paced those files' healthy readers to 0.43-0.68x; left out (over 2x the run's median step),
-# 1 group of 150 was out of bounds at full speed against 5 unpaced (offline, the same live runs).
-PACE_OUTLIER = 2.0
+PACE_OUTLIER = 2.0  # a step over this x the run's median waited on the event loop's writes: left out
 PACED = "paced"  # how a paced simulation's note begins
 
 
