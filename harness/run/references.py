@@ -11,7 +11,7 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from harness.machine.pace import PACED, moved, run_pace
 from harness.run.backend import Backend
@@ -24,6 +24,24 @@ if TYPE_CHECKING:  # our engine (torch): imported where a reference is made, nev
     from streamlab.models import LoadedModel
 
 Run = Callable[[Scenario, Backend], Trace]  # one unjudged run: harness.run.runner.run_trace's trace
+
+
+class Session(Protocol):
+    """What the references need of the session asking (harness.run.runner.RunContext)."""
+    backends: dict[str, Backend]
+    parity_mode: str
+    loader: Callable[[str], Scenario]
+
+    def prepared(self, scenario: Scenario) -> Scenario: ...
+
+
+@dataclass
+class Against:
+    """Everything one run is judged against, gathered in one call (References.against)."""
+    solo: dict  # stream index -> its request's tokens alone (identity); {} where not compared
+    sim: Trace | None  # live: the simulation its parity and gate compare with (this session's)
+    baselines: dict[str, Trace]  # the scenarios its latency bounds name as baselines
+    paced: Trace | None  # live: the simulation again at the pace its server ran, where that moved
 
 
 @lru_cache(maxsize=1)
@@ -77,6 +95,38 @@ class References:
                 cached = self.solo_tokens[key] = _alone(loaded, pc, needed[key], table)
             out[i] = cached[0]
         return out
+
+    # ---- everything a run is judged against, in one call ----
+
+    def against(self, scenario: Scenario, mode: str, trace: Trace, planned: list[PlannedClient],
+                session: Session) -> Against:
+        """What `trace` (a run of `scenario` in `mode`) is judged against: identity's solo runs (a
+        target's own where it ran them), this session's simulation for a live run, the latency
+        bounds' baseline scenarios (this session's traces) and the simulation at the run's pace."""
+        self.traces[(scenario.name, mode)] = trace
+        if not scenario.expect.identity:
+            solo = {}
+        elif trace.references:  # a target's own: each request run alone through it
+            solo = trace.references
+        elif engine_missing():  # nothing to compare with: identity reports itself not observable
+            solo = {}
+        else:
+            solo = self.solo(scenario, planned, trace.streams)
+
+        def of_session(s: Scenario, m: str) -> Trace:
+            return self.session_trace(session.prepared(s), m, session.backends[m])
+        sim = of_session(scenario, session.parity_mode) if mode == "live" and "sim" in scenario.modes else None
+        baselines = self.latency_baselines(scenario, trace, session.loader, lambda s: of_session(s, mode))
+        return Against(solo, sim, baselines, self.at_the_pace(scenario, trace, sim, session.backends.get(session.parity_mode)))
+
+    def again(self, scenario: Scenario, mode: str, trace: Trace, first: Against, session: Session) -> Against:
+        """The same for a run made again (harness.judge.timing's AGAIN): its baseline scenarios run
+        afresh just after it, so a latency ratio is formed within one back-to-back pair."""
+        backend = session.backends[mode]
+        baselines = self.latency_baselines(scenario, trace, session.loader,
+                                           lambda s: self.run(session.prepared(s), backend))
+        return Against(first.solo, first.sim, baselines,
+                       self.at_the_pace(scenario, trace, first.sim, session.backends.get(session.parity_mode)))
 
     # ---- this session's other traces ----
 

@@ -11,6 +11,7 @@ any order, gives the same verdicts.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -50,7 +51,7 @@ def default_backends() -> dict[str, Backend]:
 class RunContext:
     """What one session of scenario runs shares. Owned by the caller, passed in."""
     results_dir: Path | None = RESULTS  # None: write no result files
-    loader: object = load_by_name  # a baseline scenario's name -> Scenario
+    loader: Callable[[str], Scenario] = load_by_name  # a baseline scenario's name -> Scenario
     backends: dict[str, Backend] = field(default_factory=default_backends)
     baselines: dict = field(default_factory=load_baselines)  # the committed latency figures
     # What runs are judged against: each request alone, and this session's other traces.
@@ -266,40 +267,23 @@ def run_scenario(scenario: Scenario, mode: str, ctx: RunContext, progress=None) 
         scenario, left_out = for_target(scenario, target)
     if mode not in ctx.backends:
         raise ValueError(f"unknown mode {mode!r}")
-    refs = ctx.references
     trace, planned = run_trace(scenario, ctx.backends[mode], progress, readings=ctx.engine_readings)
     trace.notes += left_out
-    refs.traces[(scenario.name, mode)] = trace
-    if not scenario.expect.identity:
-        solo = {}
-    elif trace.references:  # a target's own: each request run alone through it
-        solo = trace.references
-    elif engine_missing():  # nothing to compare with: identity reports itself not observable
-        solo = {}
-    else:
-        solo = refs.solo(scenario, planned, trace.streams)
-    live = mode == "live"
-
-    def session(s: Scenario, m: str) -> Trace:
-        return refs.session_trace(ctx.prepared(s), m, ctx.backends[m])
-    sim = session(scenario, ctx.parity_mode) if live and "sim" in scenario.modes else None
-    baselines = refs.latency_baselines(scenario, trace, ctx.loader, lambda s: session(s, mode))
-    runs = [timing.Run(trace, baselines, refs.at_the_pace(scenario, trace, sim, ctx.backends.get(ctx.parity_mode)))]
-    timed = timing.judge(scenario, runs, ctx.baselines, sim, ctx.judge_parity_timing)
-    while live and len(runs) < RUNS and timing.wants_again(timed, scenario.expect.expect_failure):
-        # AGAIN (harness.judge.timing): the scenario runs once more, then its baseline scenarios just
-        # after it, so a latency ratio is formed within one back-to-back pair.
+    against = ctx.references.against(scenario, mode, trace, planned, ctx)
+    runs = [timing.Run(trace, against.baselines, against.paced)]
+    timed = timing.judge(scenario, runs, ctx.baselines, against.sim, ctx.judge_parity_timing)
+    while mode == "live" and len(runs) < RUNS and timing.wants_again(timed, scenario.expect.expect_failure):
+        # AGAIN (harness.judge.timing): the scenario runs once more, and is judged on the best run.
         again = run_trace(scenario, ctx.backends[mode], readings=ctx.engine_readings)[0]
-        fresh = refs.latency_baselines(scenario, again, ctx.loader,
-                                       lambda s: run_trace(ctx.prepared(s), ctx.backends[mode])[0])
-        runs.append(timing.Run(again, fresh, refs.at_the_pace(scenario, again, sim, ctx.backends.get(ctx.parity_mode))))
-        timed = timing.judge(scenario, runs, ctx.baselines, sim, ctx.judge_parity_timing)
-    checks = run_checks(scenario, trace, solo, timed)
+        more = ctx.references.again(scenario, mode, again, against, ctx)
+        runs.append(timing.Run(again, more.baselines, more.paced))
+        timed = timing.judge(scenario, runs, ctx.baselines, against.sim, ctx.judge_parity_timing)
+    checks = run_checks(scenario, trace, against.solo, timed)
     if ctx.results_dir is not None:
         from harness.judge.report import timeline_png, write_result
-        write_result(trace, checks, ctx.results_dir, baseline_figures=baseline_figures(trace, sim))
+        write_result(trace, checks, ctx.results_dir, baseline_figures=baseline_figures(trace, against.sim))
         timeline_png(trace, ctx.results_dir)
-    return Outcome(scenario, trace, checks, runs, sim, left_out)
+    return Outcome(scenario, trace, checks, runs, against.sim, left_out)
 
 
 def simulate(scenario: Scenario, progress=None) -> tuple[Trace, list[PlannedClient]]:
