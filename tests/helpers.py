@@ -76,3 +76,9 @@ def client_trace(scenario: str, mode: str, streams: list):
 
     return Trace(scenario=scenario, mode=mode, seed=0, spec=None, streams=streams, server={}, releases=[],
                  invariants=[], ledger_problems=[])
+
+
+def as_mode(trace, mode: str = "live"):
+    """The trace, its mode set (a simulated trace read as a live one)."""
+    trace.mode = mode
+    return trace
