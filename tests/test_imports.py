@@ -241,3 +241,16 @@ def test_every_module_has_its_test_file_or_a_line_in_the_test_readme():
                      if path.read_text().strip() and not (ROOT / "tests" / f"test_{m.rsplit('.', 1)[-1]}.py").exists()
                      and m not in listed)
     assert missing == [], "each needs tests/test_<name>.py or a row in tests/README.md"
+
+
+LONGEST = 350  # lines; a module past it is listed in docs/LAYOUT.md ("Module length") with its reason
+
+
+def test_no_module_is_over_350_lines_unless_the_docs_say_why():
+    import re
+
+    listed = set(re.findall(r"^\| `([\w/.]+\.py)` \| \d+ \|", (ROOT / "docs" / "LAYOUT.md").read_text(), re.M))
+    long = {str(path.relative_to(ROOT)) for folder in ("streamlab", "harness", "tests", "benchmarks", "scripts")
+            for path in (ROOT / folder).rglob("*.py") if len(path.read_text().splitlines()) > LONGEST}
+    assert long - listed == set(), "over 350 lines without a line in docs/LAYOUT.md saying why"
+    assert listed - long == set(), "docs/LAYOUT.md lists a module that is no longer long"
