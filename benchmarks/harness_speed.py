@@ -15,7 +15,7 @@ from pathlib import Path
 from harness.machine.lag import LoopLag
 from benchmarks.streams import STREAMLAB, timed_stream
 from harness.live.process import ServerProcess
-from harness.run.runner import run_live, simulate
+from harness.run.once import run_live, simulate
 from harness.format.load import load
 
 LAG_LIMIT_S = 0.010

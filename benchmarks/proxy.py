@@ -13,7 +13,7 @@ import statistics
 import tracemalloc
 
 from harness.record.trace import metric_values, percentile
-from harness.run.runner import run_live
+from harness.run.once import run_live
 from harness.format.scenario import Scenario
 from harness.format.load import load_by_name
 from streamlab.config import ResumeConfig

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from harness.run.runner import run_live
+from harness.run.once import run_live
 from harness.record.trace import metric_values, percentile
 from harness.format.load import load
 

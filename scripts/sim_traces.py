@@ -17,7 +17,7 @@ from pathlib import Path
 
 def main(out: Path) -> int:
     import harness
-    from harness.run.runner import simulate
+    from harness.run.once import simulate
     from harness.format.scenario import SCENARIOS_DIR
     from harness.format.load import load
 

@@ -25,7 +25,7 @@ def make_engine(tiny: LoadedModel):
 def overlap_4():
     """overlap_4 and its simulated trace (test_timing, test_drift, test_pace)."""
     from harness.format.load import load_by_name
-    from harness.run import runner
+    from harness.run import once
 
     scenario = load_by_name("overlap_4")
-    return scenario, runner.simulate(scenario)[0]
+    return scenario, once.simulate(scenario)[0]

@@ -8,7 +8,7 @@ import pytest
 
 from harness.fit.calibrate import PADDED, REFUSED, UNREAD, calibration_scenarios, fit_bytes, fit_per_request, head_span
 from harness.machine.cost_model import load_profile
-from harness.run.runner import run_trace
+from harness.run.once import run_trace
 from harness.format.scenario import SCENARIOS_DIR
 from harness.format.load import load
 from harness.sim.backend import SimBackend

@@ -10,7 +10,7 @@ import copy
 import time
 
 
-from harness.run import runner
+from harness.run import once, runner
 from harness.machine import speed
 from harness.judge import timing
 from harness.judge.bounds import DRIFT
@@ -63,7 +63,7 @@ def test_drift_passes_a_slower_machine_and_fails_a_slower_engine(overlap_4):
 def test_the_engines_speed_in_a_simulated_run_reads_the_profiles_engine(overlap_4):
     scenario, unjudged = overlap_4
     assert unjudged.step_timing == {}  # an unjudged run does not spend seconds timing its engine
-    sim = runner.run_trace(scenario, SimBackend(), readings=EngineReadings(DRIFT))[0]
+    sim = once.run_trace(scenario, SimBackend(), readings=EngineReadings(DRIFT))[0]
     assert 0.8 < timing.engine_over_yardstick(sim) < 1.25, sim.step_timing
 
 

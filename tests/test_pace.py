@@ -9,7 +9,7 @@ import copy
 
 import pytest
 
-from harness.run import runner
+from harness.run import once, runner
 from harness.judge import timing
 from harness.machine.pace import BUSY_GAP_S, PACED, PACE_MIN_STEPS, group_window, moved, pace, run_pace, step_pace
 from harness.format.load import load_by_name
@@ -25,7 +25,7 @@ def test_parity_is_judged_at_the_pace_the_live_server_stepped(overlap_4):
     scenario, sim = overlap_4
     backend = SimBackend()
     profile = backend.profile(scenario.server.model)
-    slow = runner.run_trace(scenario, SimBackend(profile.steps_scaled(1.6)))[0]
+    slow = once.run_trace(scenario, SimBackend(profile.steps_scaled(1.6)))[0]
     slow.mode = "live"
     k = pace(slow, sim, profile)
     assert k is not None and 1.5 < k < 1.7, k
@@ -97,7 +97,7 @@ def test_a_run_is_paced_by_its_least_moved_window():
     and the run's pace is the one nearest 1 (a slower machine slows every window; what the model
     misses only adds to some)."""
     scenario = load_by_name("slow_reader_pause_1")
-    sim = runner.simulate(scenario)[0]
+    sim = once.simulate(scenario)[0]
     profile = SimBackend().profile(scenario.server.model)
     _, healthy_end = group_window(sim, "healthy")
     live = as_mode(copy.deepcopy(sim))

@@ -9,7 +9,7 @@ import pytest
 
 from harness.judge import checks
 from harness.judge import registry
-from harness.run import runner
+from harness.run import once, runner
 from harness.format.scenario import Scenario
 from harness.format.load import load_by_name
 from harness.format.expect import CheckName
@@ -50,7 +50,7 @@ def test_nothing_compared_is_not_observable_never_passed():
 
 
 def test_a_scenario_without_a_baseline_reports_its_gate_not_observable():
-    sim = runner.simulate(load_by_name("overlap_1"))[0]
+    sim = once.simulate(load_by_name("overlap_1"))[0]
     gate = registry.settle(runner.timing.regression(sim, {}), [])
     assert gate.passed is None and "no committed sim baseline" in gate.figure
 

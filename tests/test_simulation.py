@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from harness.run import runner
+from harness.run import once, runner
 from harness.sim.clock import SimulationDeadlock, run_virtual
 from harness.format.load import load_by_name
 from harness.machine.cost_model import StepCostProfile
@@ -54,8 +54,8 @@ def test_pipe_blocks_writes_at_capacity_and_delivers_after_latency():
 
 def test_same_seed_same_trace_byte_for_byte():
     scenario = load_by_name("disconnect_rst_early")
-    first, _ = runner.simulate(scenario)
-    second, _ = runner.simulate(scenario)
+    first, _ = once.simulate(scenario)
+    second, _ = once.simulate(scenario)
     assert first.to_json() == second.to_json()
     assert any(s.closed_at for s in first.streams)
 
@@ -200,7 +200,7 @@ def test_bytes_written_to_clients_take_the_servers_core():
     free = load_profile("tiny")
 
     def healthy_p50(profile) -> float:
-        trace = runner.run_trace(scenario, SimBackend(profile))[0]
+        trace = once.run_trace(scenario, SimBackend(profile))[0]
         return percentile(metric_values(trace.group("healthy"), "completion_s"), 50)
 
     without = healthy_p50(dataclasses.replace(free, serving_per_byte_s=0.0))

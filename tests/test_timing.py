@@ -13,7 +13,7 @@ import os
 
 import pytest
 
-from harness.run import runner
+from harness.run import once, runner
 from harness.judge import timing
 from harness.judge.baselines import baseline_figures
 from harness.machine.pace import machine_pause
@@ -65,7 +65,7 @@ def test_the_live_gate_takes_the_best_run_and_still_fails_a_real_regression(over
 
 
 def test_a_live_baseline_is_a_ratio_to_the_simulation():
-    trace = runner.simulate(load_by_name("overlap_1"))[0]
+    trace = once.simulate(load_by_name("overlap_1"))[0]
     figures = baseline_figures(stretched(trace, 1.25, "live"), trace)
     assert figures["streams"]["completion_s_p50_over_sim"] == pytest.approx(1.25, rel=0.02)
     assert baseline_figures(trace)["streams"]["completion_s_p50"] == round(
@@ -173,7 +173,7 @@ def test_a_figure_within_one_machine_pause_of_its_simulation_agrees(monkeypatch)
     monkeypatch.setattr(quota, "_cfs", lambda: None)  # whatever quota this test runs under
     quota.quota_pause_s.cache_clear()
     scenario = load_by_name("overlap_1")
-    sim = runner.simulate(scenario)[0]
+    sim = once.simulate(scenario)[0]
     group = sim.streams[0].group
     ttft = timing.typical(sim, group, "ttft_s")
     late = 1.2 * ttft  # 2.2x: outside [0.6, 1.6]

@@ -119,7 +119,7 @@ def fit_per_request(profile: StepCostProfile, live: dict[str, list[Trace]], scen
     0.73-0.93 on the calibration's own bursts of 4 to 32 (0.88-1.02 fitted this way), 0.54-0.65
     for the readers of the disconnect files in a suite run. Starts from the profile's own
     per_request_s. With `term` refused_request_s, a burst of refusals is fitted the same way."""
-    from harness.run.runner import run_trace
+    from harness.run.once import run_trace
     from harness.sim.backend import SimBackend
 
     measured = [(name, *head_span(t)) for name, ts in live.items() for t in ts]  # (scenario, span, heads)
@@ -160,7 +160,7 @@ def fit_terms(profile: StepCostProfile, live: dict[str, list[Trace]], scenarios:
               solo) -> tuple[StepCostProfile, dict]:
     """The serving terms from one set of live runs of `scenarios` (by name): (profile with them,
     sample counts)."""
-    from harness.run.runner import run_trace
+    from harness.run.once import run_trace
     from harness.sim.backend import SimBackend
 
     plain = {name: ts for name, ts in live.items() if name not in (PADDED, UNREAD, REFUSED)}
@@ -211,7 +211,7 @@ def fit_per_byte(profile: StepCostProfile, traces: list[Trace], scenario, term: 
     """(seconds per byte, samples): the per-byte `term`, chosen so that the run's (or `group`'s)
     simulated completion p50 matches the live runs' median (by bisection; the step periods do not
     show it: the steps run on and the bytes queue behind them)."""
-    from harness.run.runner import run_trace
+    from harness.run.once import run_trace
     from harness.sim.backend import SimBackend
 
     if not traces:
@@ -273,7 +273,7 @@ def calibrate(model: str, engine_only: bool = False, say=print, repeats: int = R
     import asyncio
 
     from harness.live.lab import measure_buffers
-    from harness.run.runner import run_live, run_trace
+    from harness.run.once import run_live, run_trace
     from harness.sim.backend import SimBackend
 
     engine = calibrate_engine(model)

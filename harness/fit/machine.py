@@ -185,7 +185,7 @@ def probe(profile: StepCostProfile, say=print, rounds: int | None = None,
     machine serves as it did when fitted. `live` (a scenario's name -> its runs) keeps the runs:
     a second probe with the same dict is judged on both probes' runs."""
     from harness.fit.calibrate import calibration_scenarios, residuals
-    from harness.run.runner import run_live, run_trace
+    from harness.run.once import run_live, run_trace
 
     rounds = rounds or PROBE_ROUNDS
     live = {} if live is None else live

@@ -10,10 +10,11 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from functools import lru_cache
 from typing import TYPE_CHECKING, Protocol
 
+from harness.machine.installed import engine_missing
 from harness.machine.pace import PACED, moved, run_pace
+from harness.run.once import run_trace
 from harness.run.backend import Backend
 from harness.clients.plan import PlannedClient, loaded_model
 from harness.format.scenario import Scenario
@@ -22,9 +23,6 @@ from harness.record.trace import StreamRecord, Trace
 if TYPE_CHECKING:  # our engine (torch): imported where a reference is made, never in target mode without it
     from harness.sim.backend import SimBackend
     from streamlab.models import LoadedModel
-
-Run = Callable[[Scenario, Backend], Trace]  # one unjudged run: harness.run.runner.run_trace's trace
-
 
 class Session(Protocol):
     """What the references need of the session asking (harness.run.runner.RunContext)."""
@@ -44,23 +42,8 @@ class Against:
     paced: Trace | None  # live: the simulation again at the pace its server ran, where that moved
 
 
-@lru_cache(maxsize=1)
-def engine_missing() -> str | None:
-    """Why streamlab's own engine cannot run in this process, or None. A run against a target
-    needs it only for what it is compared with: the simulation (parity) and solo runs where the
-    target runs none itself; without it those checks are reported not observable (a user who
-    aims the harness at their own server need not install torch: README, target mode)."""
-    try:
-        import torch  # noqa: F401
-    except ImportError as exc:
-        return (f"streamlab's own engine is not installed here ({exc}); "
-                "pip install 'streamlab[engine]' to simulate and to run requests alone")
-    return None
-
-
 @dataclass
 class References:
-    run: Run
     # (model, prompt, request) -> (tokens alone, whether the run ended there rather than was cut short)
     solo_tokens: dict[str, tuple[list[int], bool]] = field(default_factory=dict)
     traces: dict[tuple[str, str], Trace] = field(default_factory=dict)  # (scenario, mode) -> its latest trace
@@ -96,6 +79,10 @@ class References:
             out[i] = cached[0]
         return out
 
+    @staticmethod
+    def _run(scenario: Scenario, backend: Backend) -> Trace:
+        return run_trace(scenario, backend)[0]
+
     # ---- everything a run is judged against, in one call ----
 
     def against(self, scenario: Scenario, mode: str, trace: Trace, planned: list[PlannedClient],
@@ -113,10 +100,11 @@ class References:
         else:
             solo = self.solo(scenario, planned, trace.streams)
 
-        def of_session(s: Scenario, m: str) -> Trace:
-            return self.session_trace(session.prepared(s), m, session.backends[m])
+        def of_session(s: Scenario, m: str) -> Trace:  # `s` as this session runs it
+            return self.session_trace(s, m, session.backends[m])
         sim = of_session(scenario, session.parity_mode) if mode == "live" and "sim" in scenario.modes else None
-        baselines = self.latency_baselines(scenario, trace, session.loader, lambda s: of_session(s, mode))
+        baselines = self.latency_baselines(scenario, trace, session.loader,
+                                           lambda s: of_session(session.prepared(s), mode))
         return Against(solo, sim, baselines, self.at_the_pace(scenario, trace, sim, session.backends.get(session.parity_mode)))
 
     def again(self, scenario: Scenario, mode: str, trace: Trace, first: Against, session: Session) -> Against:
@@ -124,7 +112,7 @@ class References:
         afresh just after it, so a latency ratio is formed within one back-to-back pair."""
         backend = session.backends[mode]
         baselines = self.latency_baselines(scenario, trace, session.loader,
-                                           lambda s: self.run(session.prepared(s), backend))
+                                           lambda s: self._run(session.prepared(s), backend))
         return Against(first.solo, first.sim, baselines,
                        self.at_the_pace(scenario, trace, first.sim, session.backends.get(session.parity_mode)))
 
@@ -133,7 +121,7 @@ class References:
     def session_trace(self, scenario: Scenario, mode: str, backend: Backend) -> Trace:
         """This session's trace of a scenario in a mode, run now if it has none (a baseline, parity)."""
         if (scenario.name, mode) not in self.traces:
-            self.traces[(scenario.name, mode)] = self.run(scenario, backend)
+            self.traces[(scenario.name, mode)] = self._run(scenario, backend)
         return self.traces[(scenario.name, mode)]
 
     def latency_baselines(self, scenario: Scenario, trace: Trace, loader,
@@ -172,7 +160,7 @@ class References:
             return None
         from harness.sim.backend import SimBackend
 
-        paced = self.run(scenario, SimBackend(profile.steps_scaled(k)))
+        paced = self._run(scenario, SimBackend(profile.steps_scaled(k)))
         paced.notes.append(f"{PACED}: the live run's steps took {k:.2f}x what the profile says; "
                            f"simulated again with its step terms x{k:.2f}")
         return paced

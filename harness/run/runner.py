@@ -1,33 +1,31 @@
-"""The one runner: plan a scenario's clients from its seed, run them against a backend (the
-simulation or the live server), check, write.
+"""The one runner: a scenario run once (harness/run/once.py) through the simulation or a live
+server, then judged: against what the References a RunContext holds gather in one call
+(harness/run/references.py: each request alone, this session's simulation, the baselines its
+latency bounds name, the simulation at the run's pace), by the checks, and written.
 
-What a run is judged against (each request alone, the traces a baseline or a parity check
-compares with) comes from the References a RunContext holds (harness/run/references.py); the
-caller owns the context and passes it in: the pytest session's for items, the CLI's own for
+The caller owns the context and passes it in: the pytest session's for items, the CLI's own for
 `streamlab scenario run|suite`. Nothing is kept in module globals, so any subset of items, in
 any order, gives the same verdicts.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.run.backend import Backend
-from harness.run import capacity
 from harness.judge import timing
 from harness.judge.baselines import baseline_figures
 from harness.judge.bounds import DRIFT, RUNS
 from harness.machine.drift import EngineReadings
 from harness.judge.baselines import load_baselines
 from harness.judge.checks import CheckResult, run_checks
-from harness.clients.client import launch
 from harness.live.backend import LiveBackend
-from harness.run.references import References, engine_missing
-from harness.clients.plan import PlannedClient, plan, tokenizer_for
-from harness.record.trace import StreamRecord, Trace
+from harness.run.references import References
+from harness.machine.installed import engine_missing
+from harness.run.once import run_trace
+from harness.record.trace import Trace
 from harness.format.scenario import Scenario
 from harness.format.load import load_by_name
 from harness.format.target import Target
@@ -55,7 +53,7 @@ class RunContext:
     backends: dict[str, Backend] = field(default_factory=default_backends)
     baselines: dict = field(default_factory=load_baselines)  # the committed latency figures
     # What runs are judged against: each request alone, and this session's other traces.
-    references: References = field(default_factory=lambda: References(lambda s, b: run_trace(s, b)[0]))
+    references: References = field(default_factory=References)
     # Whether live/sim timing outside its tolerance fails parity (off: reported only). It is
     # judged against this machine's profile (harness.fit.machine.use_machine_profile) in the suite, `scenario run`
     # and pytest items alike.
@@ -132,41 +130,6 @@ class RunContext:
         return mode
 
 
-def run_trace(scenario: Scenario, backend: Backend, progress=None,
-              readings: EngineReadings | None = None) -> tuple[Trace, list[PlannedClient]]:
-    """Run a scenario's clients against a backend's server; the trace of what happened. Load or
-    SLOs stated relative to this machine are resolved first, by a probe through the same backend
-    (harness.run.capacity). readings: the run is judged, so its server's engine is timed alone after
-    it for the drift check, or a kept reading of the same engine reused (harness.judge.timing.EngineReadings;
-    probes, baselines, paced simulations and the calibration's runs are not judged on drift and
-    skip it)."""
-    scenario, probes = capacity.resolve(scenario, lambda probe: run_trace(probe, backend)[0])
-    planned = plan(scenario, tokenizer_for(scenario.server.model))
-    records = [StreamRecord(pc.group.name, pc.index, pc.group.behaviour.kind, pc.prompt, pc.request) for pc in planned]
-
-    async def main() -> Trace:
-        async with backend.serving(scenario) as server:
-            deadline = scenario.run_deadline_s or backend.run_deadline_s
-            sharding = backend.sharding
-            if sharding is not None:  # the clients over worker processes (harness.live.shards)
-                await sharding.launch(planned, records, scenario, server, deadline)
-            else:
-                await launch(planned, records, scenario, server.clock, server.opener_for, progress, server.wire,
-                             deadline)
-            end = server.clock()
-            await server.settle(scenario.drain_s)
-            books = await server.collect(readings)
-            references = await server.references(planned, records)
-        return Trace.of(books, scenario=scenario.name, mode=backend.mode, seed=scenario.seed,
-                        spec=scenario, streams=records, duration_s=end,
-                        references=references or {},
-                        workers=[r.summary() for r in sharding.reports] if sharding is not None else [])
-
-    t0 = time.perf_counter()
-    trace = backend.run(main())
-    trace.wall_s = time.perf_counter() - t0
-    trace.notes += [p.line() for p in probes]
-    return trace, planned
 
 
 @dataclass
@@ -284,15 +247,3 @@ def run_scenario(scenario: Scenario, mode: str, ctx: RunContext, progress=None) 
         write_result(trace, checks, ctx.results_dir, baseline_figures=baseline_figures(trace, against.sim))
         timeline_png(trace, ctx.results_dir)
     return Outcome(scenario, trace, checks, runs, against.sim, left_out)
-
-
-def simulate(scenario: Scenario, progress=None) -> tuple[Trace, list[PlannedClient]]:
-    """One simulated run, unjudged (benchmarks, tests)."""
-    from harness.sim.backend import SimBackend
-
-    return run_trace(scenario, SimBackend(), progress)
-
-
-def run_live(scenario: Scenario, progress=None) -> tuple[Trace, list[PlannedClient]]:
-    """One live run, unjudged (benchmarks, calibration)."""
-    return run_trace(scenario, LiveBackend(), progress)

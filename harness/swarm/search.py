@@ -70,7 +70,7 @@ class Judge:
 
     def __init__(self, live: bool = False) -> None:
         from harness.run.references import References
-        from harness.run.runner import run_trace
+        from harness.run.once import run_trace
 
         if live:
             from harness.live.backend import LiveBackend
@@ -80,7 +80,7 @@ class Judge:
             from harness.sim.backend import SimBackend
             self.backend = SimBackend(run_deadline_s=RUN_DEADLINE_S)
         self._run_trace = run_trace
-        self.references = References(lambda s, b: run_trace(s, b)[0])
+        self.references = References()
 
     def failures(self, scenario: Scenario) -> list[CheckResult]:
         try:
