@@ -46,6 +46,9 @@ from harness.machine.cost_model import PROFILES, StepCostProfile, calibrate_engi
 from harness.record.trace import Trace, metric_values, percentile
 from harness.format.scenario import SCENARIOS_DIR
 from harness.format.load import load
+from harness.live.lab import measure_buffers
+from harness.run import once
+from harness.sim.backend import SimBackend
 
 CALIBRATION_DIR = SCENARIOS_DIR / "calibration"
 REPEATS = 3  # rounds of live runs (each calibration scenario once per round); the spread over rounds is kept
@@ -119,14 +122,12 @@ def fit_per_request(profile: StepCostProfile, live: dict[str, list[Trace]], scen
     0.73-0.93 on the calibration's own bursts of 4 to 32 (0.88-1.02 fitted this way), 0.54-0.65
     for the readers of the disconnect files in a suite run. Starts from the profile's own
     per_request_s. With `term` refused_request_s, a burst of refusals is fitted the same way."""
-    from harness.run.once import run_trace
-    from harness.sim.backend import SimBackend
 
     measured = [(name, *head_span(t)) for name, ts in live.items() for t in ts]  # (scenario, span, heads)
     value = getattr(profile, term) or 0.0
     for _ in range(passes):
         at = SimBackend(dataclasses.replace(profile, **{term: value}))
-        simulated = {name: head_span(run_trace(scenarios[name], at)[0])[0] for name in live}
+        simulated = {name: head_span(once.run_trace(scenarios[name], at)[0])[0] for name in live}
         value = max(0.0, value + statistics.median((span - simulated[name]) / n for name, span, n in measured))
     return value, sum(n for _, _, n in measured)
 
@@ -160,8 +161,6 @@ def fit_terms(profile: StepCostProfile, live: dict[str, list[Trace]], scenarios:
               solo) -> tuple[StepCostProfile, dict]:
     """The serving terms from one set of live runs of `scenarios` (by name): (profile with them,
     sample counts)."""
-    from harness.run.once import run_trace
-    from harness.sim.backend import SimBackend
 
     plain = {name: ts for name, ts in live.items() if name not in (PADDED, UNREAD, REFUSED)}
     serving, n_steps = fit_serving(profile, [t for ts in plain.values() for t in ts])
@@ -170,7 +169,7 @@ def fit_terms(profile: StepCostProfile, live: dict[str, list[Trace]], scenarios:
     per_request, n_heads = fit_per_request(profile, bursts, scenarios)
     profile = dataclasses.replace(profile, per_request_s=per_request)
     profile, n_padded = fit_bytes(profile, live, scenarios)
-    diffs = ttft_differences(live[solo.name], run_trace(solo, SimBackend(profile))[0])
+    diffs = ttft_differences(live[solo.name], once.run_trace(solo, SimBackend(profile))[0])
     profile = dataclasses.replace(profile, request_latency_s=max(0.0, statistics.median(diffs)))
     # Once more with the wake-up a burst's first request pays at an idle server, now fitted.
     profile = dataclasses.replace(profile, per_request_s=fit_per_request(profile, bursts, scenarios, passes=1)[0])
@@ -211,8 +210,6 @@ def fit_per_byte(profile: StepCostProfile, traces: list[Trace], scenario, term: 
     """(seconds per byte, samples): the per-byte `term`, chosen so that the run's (or `group`'s)
     simulated completion p50 matches the live runs' median (by bisection; the step periods do not
     show it: the steps run on and the bytes queue behind them)."""
-    from harness.run.once import run_trace
-    from harness.sim.backend import SimBackend
 
     if not traces:
         return 0.0, 0
@@ -226,7 +223,7 @@ def fit_per_byte(profile: StepCostProfile, traces: list[Trace], scenario, term: 
     live = statistics.median(completion(t) for t in traces)
 
     def simulated(per_byte: float) -> float:
-        return completion(run_trace(scenario, SimBackend(dataclasses.replace(profile, **{term: per_byte})))[0])
+        return completion(once.run_trace(scenario, SimBackend(dataclasses.replace(profile, **{term: per_byte})))[0])
 
     samples = sum(len(measured(t)) for t in traces)
     if simulated(0.0) >= live:
@@ -272,9 +269,6 @@ def calibrate(model: str, engine_only: bool = False, say=print, repeats: int = R
     nothing judges by it)."""
     import asyncio
 
-    from harness.live.lab import measure_buffers
-    from harness.run.once import run_live, run_trace
-    from harness.sim.backend import SimBackend
 
     engine = calibrate_engine(model)
     path = PROFILES / f"{model}.json"
@@ -297,7 +291,7 @@ def calibrate(model: str, engine_only: bool = False, say=print, repeats: int = R
     for i in range(repeats):
         rounds.append({})
         for scenario in scenarios:
-            trace, _ = run_live(scenario)
+            trace, _ = once.run_live(scenario)
             rounds[-1][scenario.name] = [trace]
             done = i * len(scenarios) + len(rounds[-1])
             spent = time.monotonic() - started
@@ -311,7 +305,7 @@ def calibrate(model: str, engine_only: bool = False, say=print, repeats: int = R
     profile, counts = fit_terms(profile, live, by_name, solo)
     each = [fit_terms(profile, r, by_name, solo)[0] for r in rounds] if by_round else []
     spread = {term: [_rounded(getattr(p, term)) for p in each] for term in SERVING_TERMS}
-    sims = {s.name: run_trace(s, SimBackend(profile))[0] for s in scenarios}
+    sims = {s.name: once.run_trace(s, SimBackend(profile))[0] for s in scenarios}
     fit = residuals(live, sims)
     profile = dataclasses.replace(profile, calibration={
         "scenarios": [s.name for s in scenarios], "rounds": repeats, **counts,

@@ -30,6 +30,8 @@ from typing import TYPE_CHECKING
 from harness.machine import speed
 from harness.machine.cpu_quota import cpu_quota
 from harness.machine.cost_model import StepCostProfile, load_profile, machine_name
+from harness.fit.calibrate import calibrate, calibration_scenarios, residuals
+from harness.run import once
 from harness.sim.backend import SimBackend
 from streamlab.cache import cache_dir
 
@@ -107,7 +109,6 @@ def machine_profile(model: str, say=print, refit: bool = False) -> StepCostProfi
         if reason is None:
             return load_profile(model, path)
     say(f"fitting this machine's cost model for {model} ({reason}; 1.5-3 minutes on 2 cores, cached in {CACHE})")
-    from harness.fit.calibrate import calibrate  # the fit runs scenarios: the runner, which reads this module's output
 
     started = time.monotonic()
     profile = calibrate(model, say=say, repeats=ROUNDS, measure_transport=False, each_round=False)
@@ -184,8 +185,6 @@ def probe(profile: StepCostProfile, say=print, rounds: int | None = None,
     over the fit's own (calibration's live_over_sim_p50), per scenario and metric. 1.0: the
     machine serves as it did when fitted. `live` (a scenario's name -> its runs) keeps the runs:
     a second probe with the same dict is judged on both probes' runs."""
-    from harness.fit.calibrate import calibration_scenarios, residuals
-    from harness.run.once import run_live, run_trace
 
     rounds = rounds or PROBE_ROUNDS
     live = {} if live is None else live
@@ -196,8 +195,8 @@ def probe(profile: StepCostProfile, say=print, rounds: int | None = None,
     out = {}
     for scenario in scenarios:
         runs = live.setdefault(scenario.name, [])
-        runs += [run_live(scenario)[0] for _ in range(rounds)]
-        now = residuals({scenario.name: runs}, {scenario.name: run_trace(scenario, SimBackend(profile))[0]})
+        runs += [once.run_live(scenario)[0] for _ in range(rounds)]
+        now = residuals({scenario.name: runs}, {scenario.name: once.run_trace(scenario, SimBackend(profile))[0]})
         for metric in PROBE_METRICS:
             key = f"{scenario.name} {metric}"
             if now.get(key) and fitted.get(key):

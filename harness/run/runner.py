@@ -29,7 +29,9 @@ from harness.record.trace import Trace
 from harness.format.scenario import Scenario
 from harness.format.load import load_by_name
 from harness.format.target import Target
+from harness.judge.report import timeline_png, write_result
 from harness.targets.findings import FRESH_SERVER
+from harness.targets.scope import for_target, scenario_refused
 from streamlab.presets import PRESETS
 
 RESULTS = Path("results") / "scenarios"
@@ -181,8 +183,6 @@ def target_refused(scenario: Scenario, mode: str, ctx: RunContext) -> str | None
     target = foreign_target(scenario, mode, ctx)
     if target is None:
         return None
-    from harness.targets.scope import scenario_refused
-
     return scenario_refused(scenario, target)
 
 
@@ -225,8 +225,6 @@ def run_scenario(scenario: Scenario, mode: str, ctx: RunContext, progress=None) 
     left_out: list[str] = []
     target = foreign_target(scenario, mode, ctx)
     if target is not None:  # only the groups another server can run
-        from harness.targets.scope import for_target
-
         scenario, left_out = for_target(scenario, target)
     if mode not in ctx.backends:
         raise ValueError(f"unknown mode {mode!r}")
@@ -243,7 +241,6 @@ def run_scenario(scenario: Scenario, mode: str, ctx: RunContext, progress=None) 
         timed = timing.judge(scenario, runs, ctx.baselines, against.sim, ctx.judge_parity_timing)
     checks = run_checks(scenario, trace, against.solo, timed)
     if ctx.results_dir is not None:
-        from harness.judge.report import timeline_png, write_result
         write_result(trace, checks, ctx.results_dir, baseline_figures=baseline_figures(trace, against.sim))
         timeline_png(trace, ctx.results_dir)
     return Outcome(scenario, trace, checks, runs, against.sim, left_out)
