@@ -13,6 +13,7 @@ from harness.format.scenario import GroupSpec
 from harness.record.trace import StreamRecord
 from harness.clients.wire import StreamlabWire, Wire
 from streamlab.sse import SSEEvent
+from harness.clients.rawhttp import RawExchange
 
 Opener = Callable[[str, dict | bytes, dict[str, str] | None], Awaitable[Connection]]
 
@@ -107,8 +108,6 @@ def raw_opener(port: int, behaviour, sampled: list | None = None) -> Opener:
     receive buffer). The live server's and a shard worker's clients both open through it.
     sampled: a list that takes each exchange opened, keeping its stamps' bounds (harness.clients.rawhttp;
     the capacity benchmark)."""
-    from harness.clients.rawhttp import RawExchange
-
     rcvbuf = behaviour.socket_rcvbuf
 
     async def opener(path: str, body, headers):

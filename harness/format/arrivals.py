@@ -11,6 +11,7 @@ from typing import Annotated, Literal, Union
 from pydantic import Field, model_validator
 
 from harness.format.strict import Strict
+from harness.format.trace_arrivals import TraceFileError, read_trace
 
 
 class AtOnce(Strict):
@@ -98,8 +99,6 @@ class TraceArrival(Strict):
 
     def rows(self, count: int) -> list[tuple[float, int, int]]:
         """The `count` requests replayed: (seconds after start_s, prompt tokens, output tokens)."""
-        from harness.format.trace_arrivals import TraceFileError, read_trace
-
         rows = [(t - self.start_s, p, o) for t, p, o in read_trace(self.trace, self.time_column, self.prompt_column,
                                                                    self.output_column)
                 if t >= self.start_s and (self.window_s is None or t < self.start_s + self.window_s)]

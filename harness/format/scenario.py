@@ -21,6 +21,7 @@ from streamlab.config import ServiceConfig
 from streamlab.options import SERVE_OPTIONS, ServeOption, serve_args, service_config
 from streamlab.policies import Policy
 from streamlab.presets import PRESETS
+from harness.format.trace_arrivals import TraceFileError
 
 SCENARIOS_DIR = Path(__file__).resolve().parents[2] / "scenarios"
 
@@ -252,8 +253,6 @@ class Scenario(Strict):
                                    f"join_while names unknown group {g.arrival.group!r}; expected one of {names}")
         for i, g in enumerate(self.groups):
             if isinstance(g.arrival, TraceArrival):
-                from harness.format.trace_arrivals import TraceFileError
-
                 try:
                     g.arrival.rows(g.count)
                 except TraceFileError as exc:

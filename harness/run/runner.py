@@ -21,7 +21,7 @@ from harness.judge.bounds import DRIFT, RUNS
 from harness.machine.drift import EngineReadings
 from harness.judge.baselines import load_baselines
 from harness.judge.checks import CheckResult, run_checks
-from harness.live.backend import LiveBackend
+from harness.live.backend import LiveBackend, live_unavailable
 from harness.run.references import References
 from harness.machine.installed import engine_missing
 from harness.run.once import run_trace
@@ -191,8 +191,6 @@ def refused_here(scenario: Scenario, mode: str, ctx: RunContext) -> str | None:
     for `scenario run`, the suite, a pytest item and the targets report. Its file's `modes`, then
     (live) what this machine lacks for it (Toxiproxy, nginx, a browser, a peer's binary), then
     what this process lacks (our engine), then what its target cannot run."""
-    from harness.live.backend import live_unavailable
-
     reason = mode_refused(scenario, mode)
     if reason is None and mode == "live":
         reason = live_unavailable(scenario, ctx.target_for(scenario))

@@ -6,6 +6,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from harness.swarm.search import DATABASE_DIR, FOUND_DIR, search, size, write_found
+from harness.swarm.target import TargetJudge
 
 
 def run_swarm(console: Console, args) -> int:
@@ -13,7 +14,6 @@ def run_swarm(console: Console, args) -> int:
     say = lambda line: console.print(escape(line), highlight=False)  # noqa: E731
     judge = None
     if args.target is not None:
-        from harness.swarm.target import TargetJudge
         try:
             judge = TargetJudge(args.target)
         except ValueError as exc:

@@ -26,6 +26,8 @@ from harness.judge.checks import run_checks
 from harness.format.scenario import SCENARIOS_DIR, Scenario
 from harness.swarm.properties import swarm_properties
 from harness.record.verdict import CheckResult
+from harness.run.once import run_trace
+from harness.run.references import References
 
 FOUND_DIR = SCENARIOS_DIR / "found"
 DATABASE_DIR = Path(".tools") / "swarm-db"
@@ -69,9 +71,6 @@ class Judge:
     runs identity compares with are cached across draws."""
 
     def __init__(self, live: bool = False) -> None:
-        from harness.run.references import References
-        from harness.run.once import run_trace
-
         if live:
             from harness.live.backend import LiveBackend
             self.backend = LiveBackend()

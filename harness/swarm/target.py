@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from harness.judge.registry import BY_NAME
 from harness.record.verdict import CheckResult
+from harness.format.target import resolve_target
+from harness.run.runner import RunContext, run_scenario
 
 
 class TargetJudge:
@@ -13,15 +15,10 @@ class TargetJudge:
     shrink_runs = 40  # a live run takes seconds, not a fraction of one
 
     def __init__(self, target: str) -> None:
-        from harness.run.runner import RunContext
-        from harness.format.target import resolve_target
-
         self.ctx = RunContext(results_dir=None, target=resolve_target(target, None, None, None),
                               judge_parity_timing=False)
 
     def failures(self, scenario) -> list[CheckResult]:
-        from harness.run.runner import run_scenario
-
         try:
             outcome = run_scenario(scenario, "live", self.ctx)
         except ValueError:
