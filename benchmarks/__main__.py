@@ -104,7 +104,7 @@ def run_section(section: str, reps: int, log_dir: Path, say) -> dict:
 
         return slow_readers.run(say)
     if section == "disconnect":
-        from harness.lab import measure_disconnect
+        from harness.live.lab import measure_disconnect
 
         return asyncio.run(measure_disconnect("tiny", repetitions=6))
     if section == "proxy":

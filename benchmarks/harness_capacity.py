@@ -4,20 +4,20 @@ at almost no cost, each step paced to STEP_MS), with each event's time recorded 
 its arrival.
 
 The clients are the scenario harness's own, run as `scenario run` runs them: a scenario's plan
-(harness.plan), harness.clients.launch, reader clients over harness.clients.raw_opener
+(harness.clients.plan), harness.clients.client.launch, reader clients over harness.clients.client.raw_opener
 (RawExchange, h11, the SSE parser, the wire's record). The server is `streamlab serve` in its
 own process on the same 2 cores.
 
 How far an event's recorded time is from its arrival: a client records an event at its read's
 kernel receive stamp (SO_TIMESTAMPNS: when the read's last segment landed in the socket's queue),
 so a loop that reads late still records the arrival. Every 8th client keeps its reads (times and
-bytes, harness.rawhttp.Read) and each event's error is bounded from them (event_errors): 0 where
+bytes, harness.clients.rawhttp.Read) and each event's error is bounded from them (event_errors): 0 where
 a read took one whole event and nothing else (the server writes an event in one segment, so the
 stamp is that event's own); otherwise the event arrived after the read before began (which took
 everything then queued) and after the server wrote it (the null model's tokens carry the
 server's wall clock, `written_at`), so the stamp is late by at most the stamp less the later of
 the two. How late the loop got round to reading (the read's return less its stamp) and the
-loop's lag (how late a 5 ms sleep wakes, harness.lag) are beside it, as are the CPU seconds each
+loop's lag (how late a 5 ms sleep wakes, harness.machine.lag) are beside it, as are the CPU seconds each
 process spent per event (this one's, the server's, from /proc).
 """
 
@@ -29,13 +29,13 @@ import re
 import time
 from pathlib import Path
 
-from harness.clients import launch, raw_opener
-from harness.lag import LoopLag
-from harness.loops import live_loop_factory, run_on_live_loop
-from harness.live import ServerProcess
-from harness.plan import plan, tokenizer_for
-from harness.scenario import Scenario
-from harness.trace import StreamRecord, percentile
+from harness.clients.client import launch, raw_opener
+from harness.machine.lag import LoopLag
+from harness.live.loops import live_loop_factory, run_on_live_loop
+from harness.live.process import ServerProcess
+from harness.clients.plan import plan, tokenizer_for
+from harness.format.scenario import Scenario
+from harness.record.trace import StreamRecord, percentile
 
 COUNTS = (256, 512, 1024, 2048, 4096)
 STEP_MS = 50.0  # about what a real engine's decode step takes: one event per stream per step
@@ -59,7 +59,7 @@ def scenario(count: int) -> Scenario:
 
 def server_args() -> list[str]:
     """The null server the scenarios' clients read from, by the one mapping from a scenario's
-    server to `streamlab serve` options (harness.scenario.ServerSpec.serve_args)."""
+    server to `streamlab serve` options (harness.format.scenario.ServerSpec.serve_args)."""
     return scenario(1).server.serve_args() + ["--log-level", "warning"]
 
 
@@ -94,7 +94,7 @@ async def one_count(port: int, count: int, server_pid: int | None = None) -> dic
     planned = plan(spec, tokenizer_for(spec.server.model))
     records = [StreamRecord(pc.group.name, pc.index, pc.group.behaviour.kind, pc.prompt, pc.request) for pc in planned]
     sampled: list = []
-    t0 = time.monotonic()  # not loop.time(): uvloop's counts whole ms (harness.loops)
+    t0 = time.monotonic()  # not loop.time(): uvloop's counts whole ms (harness.live.loops)
 
     def opener_for(pc):
         return raw_opener(port, pc.group.behaviour, sampled if pc.index % SAMPLE == 0 else None)
@@ -168,7 +168,7 @@ async def run_counts(log_dir: Path, say, counts: tuple[int, ...], loop_name: str
     return rows
 
 
-LOOPS = ("asyncio", "uvloop")  # asyncio's own loop, and the live harness's (harness.loops) where uvloop is installed
+LOOPS = ("asyncio", "uvloop")  # asyncio's own loop, and the live harness's (harness.live.loops) where uvloop is installed
 
 
 def run(log_dir: Path, say, counts: tuple[int, ...] = COUNTS, loops: tuple[str, ...] = LOOPS) -> dict:

@@ -1,7 +1,7 @@
 """Harness speed: the 300-stream leak scenario in simulation and live; how many concurrent
 streaming clients one harness process sustains before its own event-loop lag passes 10 ms.
 
-The lag probe (harness.lag) is a task that asks to sleep 5 ms and notes how late it wakes. The clients read
+The lag probe (harness.machine.lag) is a task that asks to sleep 5 ms and notes how late it wakes. The clients read
 streams from a real `streamlab serve` (tiny model) in another process on the same 2 cores,
 so the figure is what this harness sustains on this machine, server included.
 """
@@ -12,11 +12,11 @@ import asyncio
 import time
 from pathlib import Path
 
-from harness.lag import LoopLag
+from harness.machine.lag import LoopLag
 from benchmarks.streams import STREAMLAB, timed_stream
-from harness.live import ServerProcess
-from harness.runner import run_live, simulate
-from harness.scenario import load
+from harness.live.process import ServerProcess
+from harness.run.once import run_live, simulate
+from harness.format.load import load
 
 LAG_LIMIT_S = 0.010
 COUNTS = (16, 32, 64, 128, 256, 512)

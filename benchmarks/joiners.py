@@ -13,8 +13,8 @@ import time
 from pathlib import Path
 
 from benchmarks.common import spread
-from harness.profile import decode_only
-from harness.trace import percentile
+from harness.machine.cost_model import decode_only
+from harness.record.trace import percentile
 from benchmarks.servers import ours
 from benchmarks.streams import STREAMLAB, timed_stream
 from streamlab.prompts import prompts_near

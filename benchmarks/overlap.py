@@ -14,9 +14,9 @@ from pathlib import Path
 import torch
 
 from benchmarks.common import spread
-from harness.profile import decode_only
-from harness.trace import percentile
-from harness.cores import server_threads, torch_threads
+from harness.machine.cost_model import decode_only
+from harness.record.trace import percentile
+from harness.machine.cores import server_threads, torch_threads
 from benchmarks.servers import PEERS, ours, peer_command, peer_missing, peer_server, peer_version
 from benchmarks.streams import STREAMLAB, Api, TimedStream, burst, peer_api
 from streamlab.bench_step import _CACHE_ARG
@@ -191,7 +191,7 @@ def in_process_bound(prompts: list[str], reps: int) -> dict:
             logits, past = hf_decode_masked(hf, nxt, past, mask, positions)
         bound.append(time.perf_counter() - t0)
     # Our engine on the same work, once on this process's torch threads and once on a server's
-    # (harness/cores.py: one fewer than the cores, the rest left to the event loop and clients),
+    # (harness/machine/cores.py: one fewer than the cores, the rest left to the event loop and clients),
     # so the HTTP cost and the engine's cost can be told apart (an explanation, not a headline).
     def ours_in_process() -> float:
         eng = BatchEngine(loaded.model, EngineConfig(max_batch=32, cache=CacheConfig(1024, 16)))

@@ -4,10 +4,9 @@ run in simulation and live. Goodput: requests that met the group's SLO, per seco
 
 from __future__ import annotations
 
-from harness import runner
-from harness.capacity import group_slos
-from harness.trace import goodput, metric_values, outcomes, percentile
-from harness.scenario import load_by_name
+from harness.run import runner
+from harness.record.trace import goodput, metric_values, outcomes, percentile
+from harness.format.load import load_by_name
 
 RULES = ("waiting_limit", "deadline")
 
@@ -26,7 +25,7 @@ def figures(mode: str) -> dict[str, dict]:
         streams = outcome.trace.group("clients")
         admitted = [s for s in streams if s.status == 200]
         ttft = metric_values(admitted, "ttft_s")
-        slo = group_slos(outcome.trace)["clients"]  # as the run resolved it: the files' SLO is relative
+        slo = outcome.trace.spec.slos()["clients"]  # as the run resolved it: the files' SLO is relative
         out[rule] = {**goodput(streams, slo), "outcomes": outcomes(streams), "failed_checks": failed,
                      "ttft_p50_admitted_s": percentile(ttft, 50), "ttft_p99_admitted_s": percentile(ttft, 99)}
     return out

@@ -12,11 +12,12 @@ from __future__ import annotations
 import statistics
 import tracemalloc
 
-from harness.trace import metric_values, percentile
-from harness.runner import run_live
-from harness.scenario import Scenario, load_by_name
+from harness.record.trace import metric_values, percentile
+from harness.run.once import run_live
+from harness.format.scenario import Scenario
+from harness.format.load import load_by_name
 from streamlab.config import ResumeConfig
-from streamlab.streams import StreamEvent
+from streamlab.hub.streams import StreamEvent
 
 PATHS = {
     "direct": None,

@@ -1,7 +1,7 @@
 """The servers under test, each in its own process on a free loopback port.
 
-Ours is harness.live.ServerProcess (`streamlab serve`). The peers are the harness's command
-targets (harness.targets), started as a target run starts them (harness.live.target_process):
+Ours is harness.live.process.ServerProcess (`streamlab serve`). The peers are the harness's command
+targets (harness.format.target), started as a target run starts them (harness.live.process.target_process):
 `transformers serve --continuous-batching` on a folder written by `streamlab export`, vLLM's
 CPU backend on the same folder, and llama.cpp's `llama-server` on the same weights as GGUF.
 """
@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from harness.live import ServerProcess, TargetProcess, target_process
-from harness.targets import TARGETS
+from harness.live.process import ServerProcess, TargetProcess, target_process
+from harness.format.target import TARGETS
 
 __all__ = ["ours", "peer_server", "peer_command", "PEERS", "peer_missing", "peer_version"]
 
@@ -27,14 +27,14 @@ def ours(model: str, *extra: str, log_dir: Path | None = None) -> ServerProcess:
 
 def peer_missing(name: str) -> str | None:
     """Why a peer cannot run here (its engine is not installed), or None."""
-    from harness.engines import binaries_missing
+    from harness.targets.engines import binaries_missing
 
     return binaries_missing(TARGETS[name].uses)
 
 
 def peer_version(name: str) -> str:
     """What a peer is, as installed here: its package and version."""
-    from harness.engines import BINARIES, installed
+    from harness.targets.engines import BINARIES, installed
 
     uses = [b for b in BINARIES if TARGETS[name].uses(b)]
     if not uses:  # transformers serve: the transformers in our own environment

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from harness.runner import run_live
-from harness.trace import metric_values, percentile
-from harness.scenario import load
+from harness.run.once import run_live
+from harness.record.trace import metric_values, percentile
+from harness.format.load import load
 
 POLICIES = ("naive", "unbounded", "pause", "drop", "pause_then_drop")
 SLOW = (0, 1, 2, 4)

@@ -15,8 +15,8 @@ import random
 from collections import Counter
 import time
 
-from harness.live import ServerProcess
-from harness.rawhttp import RawExchange
+from harness.live.process import ServerProcess
+from harness.clients.rawhttp import RawExchange
 
 KINDS = (("reader", 0.45), ("dropper", 0.2), ("slow", 0.1), ("bad", 0.1), ("reconnector", 0.15))
 DEADLINE_S = 30.0  # one client's longest wait for anything (every loop here is bounded)

@@ -1,6 +1,6 @@
 """Streaming clients that time every token, for our server and for an OpenAI-style peer.
 
-One client per stream, each on its own raw socket (harness.rawhttp), all in one asyncio
+One client per stream, each on its own raw socket (harness.clients.rawhttp), all in one asyncio
 process. A stream's clock starts just before its connection opens; TTFT is the arrival of
 its first token event, a gap is the time between two token events as the client read them.
 """
@@ -11,9 +11,9 @@ import asyncio
 import time
 from dataclasses import dataclass, field
 
-from harness.rawhttp import RawExchange
-from harness.trace import StreamRecord
-from harness.wire import StreamlabWire, Wire, wire_for
+from harness.clients.rawhttp import RawExchange
+from harness.record.trace import StreamRecord
+from harness.clients.wire import StreamlabWire, Wire, wire_for
 from streamlab.sse import SSEEvent
 
 STREAM_DEADLINE_S = 300.0
@@ -43,7 +43,7 @@ class TimedStream:
 
 @dataclass(frozen=True)
 class Api:
-    """A server's streaming route, spoken through the harness's wire for it (harness.wire): the
+    """A server's streaming route, spoken through the harness's wire for it (harness.clients.wire): the
     same request body and event reading as a scenario's clients, so a peer is asked exactly what
     a target run asks it. Greedy, with the end of text switched off."""
     name: str
@@ -71,8 +71,8 @@ STREAMLAB = Api("streamlab", StreamlabWire())
 
 
 def peer_api(target: str, model: str) -> Api:
-    """A peer's completions route, as its target profile says to ask it (harness.targets)."""
-    from harness.targets import TARGETS
+    """A peer's completions route, as its target profile says to ask it (harness.format.target)."""
+    from harness.format.target import TARGETS
 
     profile = TARGETS[target].profile_spec
     return Api(target, wire_for(TARGETS[target].api, model, profile.request_extra, profile.ignore_eos))

@@ -7,18 +7,14 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import statistics
 import sys
-import time
 from pathlib import Path
 
 from rich.console import Console
-from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
-from harness.scenario import SCENARIOS_DIR, ScenarioError, json_schema, load
-from harness.targets import TARGETS
+from harness.format.scenario import SCENARIOS_DIR
+from harness.format.load import json_schema
+from harness.format.target import TARGETS
 from streamlab.defects import DEFECTS
 
 SCHEMA_PATH = SCENARIOS_DIR / "schema.json"
@@ -103,8 +99,8 @@ def main(argv: list[str] | None = None) -> int:
         console.print(f"wrote {SCHEMA_PATH} and the generated sections of {write_readme()}")
         return 0
     if args.scenario_command == "baseline":
-        from harness.baseline import BASELINES, figures_from_results, load_baselines, save_baselines
-        from harness.runner import RESULTS
+        from harness.judge.baselines import BASELINES, figures_from_results, load_baselines, save_baselines
+        from harness.run.runner import RESULTS
         data = load_baselines()
         fresh = figures_from_results(RESULTS)
         for name, modes in fresh.items():
@@ -113,16 +109,16 @@ def main(argv: list[str] | None = None) -> int:
         console.print(f"wrote {BASELINES}: {sum(len(m) for m in fresh.values())} scenario runs from {RESULTS}")
         return 0
     if args.scenario_command == "swarm":
-        from harness.swarm_report import run_swarm
+        from harness.swarm.report import run_swarm
         return run_swarm(console, args)
     if args.scenario_command == "targets-report":
         from harness.targets_report import write_page
         console.print(f"wrote {write_page(lambda line: console.print(line, highlight=False))}")
         return 0
     if args.scenario_command == "calibrate":
-        from harness.calibrate import calibrate
+        from harness.fit.calibrate import calibrate
         if args.pairs_only:
-            from harness.profile import engine_pairs, load_profile
+            from harness.machine.cost_model import engine_pairs, load_profile
             old = load_profile(args.model)
             profile = dataclasses.replace(old, reference_s={**old.reference_s, "pairs": engine_pairs(args.model)})
             console.print(f"engine over yardstick, per batch: {profile.reference_s['pairs']}")
@@ -132,8 +128,8 @@ def main(argv: list[str] | None = None) -> int:
         console.print(profile)
         console.print(f"wrote {profile.save()}")
         return 0
-    from harness.runner import RunContext
-    from harness.targets import resolve_target
+    from harness.run.runner import RunContext
+    from harness.format.target import resolve_target
     try:
         target = None if args.target is None else resolve_target(args.target, args.target_api, args.target_model,
                                                                  args.target_profile)
@@ -142,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     sharding = None
     if args.workers is not None or args.ray is not None:
-        from harness.shards import Sharding, sharding_unavailable
+        from harness.live.shards import Sharding, sharding_unavailable
 
         if sharding_unavailable():
             console.print(f"[red]--workers/--ray: {sharding_unavailable()}[/]")
@@ -154,194 +150,11 @@ def main(argv: list[str] | None = None) -> int:
     ctx = RunContext(target=target, lab_step_slowdown=args.lab_step_slowdown, lab_defect=args.lab_defect,
                      sharding=sharding)
     try:
-        return _run_or_suite(console, args, ctx, target)
+        from harness.suite import run_or_suite
+
+        return run_or_suite(console, args, ctx, target)
     finally:
         ctx.close()  # a command target's server, kept across the session's runs
-
-
-def _run_or_suite(console: Console, args, ctx, target) -> int:
-    from harness.runner import engine_refused, mode_refused, target_refused
-
-    if args.scenario_command == "run":
-        try:
-            scenario = load(args.file)
-        except ScenarioError as exc:
-            console.print(f"[red]{exc}[/]")
-            return 2
-        mode = args.mode or ("live" if target is not None else "sim")
-        refused = (mode_refused(scenario, mode) or engine_refused(scenario, mode, ctx)
-                   or target_refused(scenario, mode, ctx))
-        if refused:  # before any machine fit it would otherwise wait for
-            console.print(f"[red]{escape(f'{args.file}: {refused}')}[/]", markup=True, highlight=False)
-            return 2
-        if mode == "live" and args.parity_profile == "machine":
-            _fit_machine_profile(console, ctx, [args.file], args.refit)
-        outcome = _run(console, scenario, mode, ctx)
-        _print_outcome(console, outcome)
-        return 0 if outcome.ok else 1
-    return _suite(console, ctx, args.mode, args.pattern, args.update_baseline, args.parity_profile, args.refit)
-
-
-HEARTBEAT_S = 15.0  # a CI log hears from a run still going this often (and from none quicker)
-
-
-def _run(console: Console, scenario, mode: str, ctx, place: str = ""):
-    """One run, judged. In a terminal a bar counts its clients; in a CI log a line says how far a
-    run still going is every HEARTBEAT_S, and one line says how it ended (with `place`: the
-    suite's items done, time spent and left)."""
-    from harness.runner import run_scenario
-
-    if not console.is_terminal:
-        began, said = time.monotonic(), [time.monotonic()]
-
-        def heartbeat(done: int, total: int) -> None:
-            if time.monotonic() - said[0] >= HEARTBEAT_S:
-                said[0] = time.monotonic()
-                console.print(f"  {scenario.name} [{mode}]: {done}/{total} clients done, "
-                              f"{said[0] - began:.0f}s", markup=False, highlight=False)
-        outcome = run_scenario(scenario, mode, ctx, progress=heartbeat)
-        console.print(f"{scenario.name} [{mode}]: {'passed' if outcome.ok else 'FAILED'} in "
-                      f"{time.monotonic() - began:.1f}s{place}", markup=False, highlight=False)
-        return outcome
-    with Progress(TextColumn(f"{scenario.name} [{mode}]"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=console, transient=True) as bar:
-        task = bar.add_task("clients", total=sum(g.count for g in scenario.groups))
-        return run_scenario(scenario, mode, ctx,
-                            progress=lambda done, total: bar.update(task, completed=done, total=total))
-
-
-def _fit_machine_profile(console: Console, ctx, files, refit: bool = False) -> None:
-    """The cost model live runs are judged against (harness.machine.use_machine_profile). A
-    target's runs (the session's or a file's own) are not judged against our simulation: nothing
-    to fit for them."""
-    from harness.live_run import live_unavailable
-
-    models = set()
-    for path in files:
-        try:
-            scenario = load(path)
-        except ScenarioError:
-            continue  # reported with the run
-        if ctx.target_for(scenario) is not None:
-            continue
-        if {"sim", "live"} <= set(scenario.modes) and live_unavailable(scenario) is None:
-            models.add(scenario.server.model)
-    if not models:
-        return
-    from harness.machine import compared_with_committed, use_machine_profile  # our engine: imported to fit it
-    for fresh in use_machine_profile(ctx, sorted(models), say=lambda line: console.print(line, highlight=False),
-                                     refit=refit):
-        console.print("  " + compared_with_committed(fresh), highlight=False)
-
-
-def _print_outcome(console: Console, outcome) -> None:
-    from harness.report import group_table
-
-    console.print(group_table(outcome.trace))
-    for w in outcome.trace.workers:  # a sharded run (harness.shards)
-        console.print(f"  worker {w['worker']} on node {w['node'][:8]}: {w['clients']} clients, clock offset "
-                      f"{w['clock_offset_ms']:+.3f} ms (within {w['clock_offset_bound_ms']:.3f}), loop lag p99 "
-                      f"{w['loop_lag_p99_ms']:.1f} ms, ready {w['ready_before_t0_ms']:.0f} ms before T0",
-                      highlight=False)
-    for line in outcome.left_out:
-        console.print(f"  [yellow]{line}[/]", highlight=False)
-    for check in outcome.checks:
-        colour = "yellow" if not check.observed else "green" if check.ok else "red"
-        console.print(f"  [{colour}]{check.verdict}[/] {check.line()}", highlight=False)
-    evaluated = [c for c in outcome.checks if c.observed]
-    unseen = [c.name for c in outcome.checks if not c.observed]
-    target = outcome.trace.target
-    console.print(f"{outcome.trace.mode}: {len(evaluated)} checks evaluated, {sum(c.ok for c in evaluated)} held, "
-                  f"{sum(not c.ok for c in evaluated)} failed; not observable"
-                  f"{' on ' + target['name'] if target else ''}: {', '.join(unseen) or 'none'}", highlight=False)
-
-
-def _suite(console: Console, ctx, mode: str, pattern: str, update_baseline: bool = False,
-           parity_profile: str = "machine", refit: bool = False) -> int:
-    from harness.baseline import load_baselines, save_baselines
-    from harness.live_run import live_unavailable
-    from harness.report import parity_summary, parity_table
-    from harness.runner import engine_refused, target_refused
-    from harness.timing import baseline_figures, parity_rows
-
-    baselines = load_baselines()
-    if update_baseline:
-        ctx.baselines = {}  # the figures being refreshed are not a gate for themselves
-    parity_data, committed_data, unpaced_data = [], [], []
-    modes = ["sim", "live"] if mode == "both" else [mode]
-    files = sorted(p for p in SCENARIOS_DIR.glob("*.yaml") if any(k in p.stem for k in pattern.split(",")))
-    if parity_profile == "machine" and mode in ("both", "live"):
-        _fit_machine_profile(console, ctx, files, refit)
-    table = Table(title=f"streamlab scenario suite: {len(files)} scenarios, modes {', '.join(modes)}")
-    for col in ("scenario", "mode", "result", "checks", "wall s", "what failed"):
-        table.add_column(col, justify="right" if col == "wall s" else "left", no_wrap=col == "scenario")
-    failed = passed = skipped = 0
-    t0 = time.perf_counter()
-    rows: dict[str, list[tuple]] = {p.stem: [] for p in files}  # the table's rows, in name order
-    scenarios = []
-    for path in files:
-        try:
-            scenarios.append(load(path))
-        except ScenarioError as exc:
-            rows[path.stem].append((path.stem, "-", "[red]INVALID[/]", "", "", str(exc)))
-            failed += 1
-    todo = len(scenarios) * len(modes)
-    spent: dict[str, list[float]] = {m: [] for m in modes}  # each mode's items' seconds, for the time left
-    for scenario in ctx.run_order(scenarios):
-        row = rows[scenario.name].append
-        for m in modes:
-            todo -= 1
-            reason = None if m in scenario.modes else f"not a {m} scenario"
-            if m == "live" and reason is None:
-                reason = live_unavailable(scenario, ctx.target_for(scenario))
-            reason = reason or engine_refused(scenario, m, ctx) or target_refused(scenario, m, ctx)
-            if reason:
-                row((scenario.name, m, "[yellow]skipped[/]", "", "", reason))
-                skipped += 1
-                continue
-            began = time.perf_counter()
-            left = sum(statistics.fmean(v) * todo / len(modes) for v in spent.values() if v)
-            place = (f" [{len(scenarios) * len(modes) - todo}/{len(scenarios) * len(modes)}, "
-                     f"{(time.perf_counter() - t0) / 60:.1f} min" + (f", about {left / 60:.0f} min left]" if left else "]"))
-            outcome = _run(console, scenario, m, ctx, place)
-            spent[m].append(time.perf_counter() - began)
-            if outcome.trace.mode == "live" and outcome.sim is not None:
-                runs = [r.trace for r in outcome.runs]
-                parity_data += parity_rows(scenario, [(r.trace, r.paced or outcome.sim) for r in outcome.runs])
-                unpaced_data += parity_rows(scenario, [(t, outcome.sim) for t in runs])
-                traces = ctx.references.traces
-                if ctx.parity_mode != "sim" and (scenario.name, "sim") in traces:
-                    committed_data += parity_rows(scenario, [(t, traces[(scenario.name, "sim")]) for t in runs])
-            controls = [c.name for c in outcome.checks if c.expected_to_fail]
-            checks = f"{sum(c.ok for c in outcome.checks)}/{len(outcome.checks)}"
-            checks += f" (control: {', '.join(controls)} failed as designed)" if controls and outcome.ok else ""
-            row((scenario.name, m, "[green]passed[/]" if outcome.ok else "[red]FAILED[/]", checks,
-                 f"{outcome.trace.wall_s:.1f}", "\n".join(outcome.failures() + outcome.left_out)))
-            failed += not outcome.ok
-            passed += outcome.ok
-            if update_baseline and outcome.ok:
-                baselines.setdefault(scenario.name, {})[m] = baseline_figures(outcome.trace, outcome.sim)
-    for stem in rows:
-        for r in rows[stem]:
-            table.add_row(*r)
-    from harness.runner import RESULTS
-    if update_baseline:
-        save_baselines(baselines)
-        console.print("wrote scenarios/baselines.json")
-    console.print(table)
-    if parity_data:
-        console.print(parity_table(parity_data))
-        console.print(parity_summary(parity_data), highlight=False)
-        if unpaced_data != parity_data:
-            console.print(parity_summary(unpaced_data, "the same live runs against this machine's profile, "
-                                                       "not paced (reported, not judged)"), highlight=False)
-        if committed_data:
-            console.print(parity_summary(committed_data, "the same live runs against the committed profile "
-                                                         "(reported, not judged)"), highlight=False)
-        (RESULTS / "parity.json").write_text(json.dumps(parity_data, indent=1) + "\n")
-    console.print(f"{passed} passed, {failed} failed, {skipped} skipped in {time.perf_counter() - t0:.0f}s; "
-                  f"results and timelines in results/scenarios/", highlight=False)
-    return 1 if failed else 0
 
 
 def lab_parser() -> argparse.ArgumentParser:
@@ -365,7 +178,7 @@ def lab_main(argv: list[str] | None = None) -> int:
     """`streamlab lab buffers|bytes|disconnect` (registered as a streamlab command in pyproject)."""
     import asyncio
 
-    from harness import lab
+    from harness.live import lab
     from streamlab.report_tables import disconnect_table
 
     args = lab_parser().parse_args(argv)
@@ -374,8 +187,8 @@ def lab_main(argv: list[str] | None = None) -> int:
         result = asyncio.run(lab.measure_bytes(args.model))
         console.print(result)
     elif args.lab == "buffers":
-        from harness.calibrate import buffer_terms
-        from harness.profile import load_profile
+        from harness.fit.calibrate import buffer_terms
+        from harness.machine.cost_model import load_profile
         result = asyncio.run(lab.measure_buffers(args.model))
         console.print(result["by_event_bytes"])
         terms = buffer_terms(result)

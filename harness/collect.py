@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.scenario import Scenario, ScenarioError, load
+from harness.format.scenario import Scenario
+from harness.format.load import ScenarioError, load
 
 MODES = ("sim", "live")
 CONTEXT = pytest.StashKey["RunContext"]()
@@ -38,10 +39,10 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def run_context(config: pytest.Config):
     """The session's RunContext, made on first use."""
-    from harness.runner import RunContext
+    from harness.run.runner import RunContext
 
     if CONTEXT not in config.stash:
-        from harness.targets import resolve_target
+        from harness.format.target import resolve_target
 
         target = config.getoption("--target")
         config.stash[CONTEXT] = RunContext(target=None if target is None else resolve_target(
@@ -90,25 +91,19 @@ class ScenarioItem(pytest.Item):
         self.mode = mode
 
     def runtest(self) -> None:
-        from harness.runner import run_scenario
+        from harness.run.runner import fitted_model, refused_here, run_scenario
 
-        if self.mode == "live":
-            from harness.live_run import live_unavailable
-            ctx = run_context(self.config)
-            from harness.runner import target_refused
-            reason = (live_unavailable(self.scenario, ctx.target or self.scenario.target)
-                      or target_refused(self.scenario, "live", ctx))
-            if reason:
-                pytest.skip(reason)
-            if "sim" in self.scenario.modes and ctx.target is None and self.scenario.target is None:
-                # Parity and the live gate are judged against this machine's profile, as in
-                # the suite: fitted on the first such item (cached for the next sessions).
-                from harness.machine import use_machine_profile
-                if self.scenario.server.model not in getattr(ctx.backends.get("sim@machine"), "profiles", {}):
-                    use_machine_profile(ctx, [self.scenario.server.model], say=self._say)
-            outcome = run_scenario(self.scenario, self.mode, ctx)
-        else:
-            outcome = run_scenario(self.scenario, self.mode, run_context(self.config))
+        ctx = run_context(self.config)
+        reason = refused_here(self.scenario, self.mode, ctx)
+        if reason:
+            pytest.skip(reason)
+        model = fitted_model(self.scenario, ctx) if self.mode == "live" else None
+        if model is not None and model not in getattr(ctx.backends.get("sim@machine"), "profiles", {}):
+            # Parity and the live gate are judged against this machine's profile, as in the
+            # suite: fitted on the first such item (cached for the next sessions).
+            from harness.fit.machine import use_machine_profile
+            use_machine_profile(ctx, [model], say=self._say)
+        outcome = run_scenario(self.scenario, self.mode, ctx)
         self.user_properties.append(("checks", [c.line() for c in outcome.checks]))
         if not outcome.ok:
             raise ScenarioFailure("\n".join(outcome.failures()))

@@ -6,11 +6,12 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from harness.live_run import live_unavailable
-from harness.runner import RunContext, run_scenario, target_refused
-from harness.scenario import SCENARIOS_DIR, load_by_name
-from harness.registry import unobservable
-from harness.targets import CHECKS, FINDINGS, FRESH_SERVER, PROFILES, ROUTE_SCENARIOS, TARGETS, UNSETTLED
+from harness.run.runner import RunContext, refused_here, run_scenario
+from harness.format.scenario import SCENARIOS_DIR
+from harness.format.load import load_by_name
+from harness.judge.registry import unobservable
+from harness.format.target import PROFILES, TARGETS
+from harness.targets.findings import CHECKS, FINDINGS, FRESH_SERVER, ROUTE_SCENARIOS, UNSETTLED
 
 PAGE = Path("docs") / "TARGETS.md"
 RUN_HERE = ["streamlab", "streamlab-openai", "transformers-serve", "llamacpp", "vllm"]
@@ -38,7 +39,7 @@ def observability_rows() -> list[str]:
 
 def scenarios_for(target: str) -> list[str]:
     """What a target is run on: a foreign server the whole library (what of each scenario it can
-    run is harness.target_scope's), our own server on either route the routes' scenarios."""
+    run is harness.targets.scope's), our own server on either route the routes' scenarios."""
     if TARGETS[target].own_server:
         return ROUTE_SCENARIOS
     return sorted(p.stem for p in SCENARIOS_DIR.glob("*.yaml"))
@@ -68,7 +69,7 @@ def run_rows(say=print) -> tuple[list[str], list[str]]:
 
 def _row(scenario, target: str, ctx: RunContext, say) -> tuple[str, list[str]]:
     name = scenario.name
-    reason = live_unavailable(scenario, TARGETS[target]) or target_refused(scenario, "live", ctx)
+    reason = refused_here(scenario, "live", ctx)
     if reason:
         return f"| {name} | {target} | skipped: {reason} |", []
     say(f"{name} on {target}")

@@ -17,8 +17,9 @@ from pathlib import Path
 
 def main(out: Path) -> int:
     import harness
-    from harness.runner import simulate
-    from harness.scenario import SCENARIOS_DIR, load
+    from harness.run.once import simulate
+    from harness.format.scenario import SCENARIOS_DIR
+    from harness.format.load import load
 
     out.mkdir(parents=True, exist_ok=True)
     files = sorted(SCENARIOS_DIR.glob("*.yaml"))

@@ -66,7 +66,7 @@ def paged_step_ms(loaded: LoadedModel, prompts: list[list[int]], steps: int, war
     return times[warmup:]
 
 
-SPEED_BATCHES = (1, 8)  # the decode shapes the engine's speed is read at (harness/speed.py times its yardstick at the same)
+SPEED_BATCHES = (1, 8)  # the decode shapes the engine's speed is read at (harness/machine/speed.py times its yardstick at the same)
 SPEED_STEPS, SPEED_WARMUP, SPEED_PROMPT_TOKENS = 12, 2, 32  # a burst: 12 decode steps timed after 2, 32-token prompts
 
 
@@ -81,12 +81,12 @@ def engine_speed(loaded: LoadedModel, decode_attention: str, fault: FaultPlan | 
     is taken per pair and its median kept. The machine moves within a second: read apart, the
     yardstick alone moved 1.0-1.6x between readings a few seconds apart while the engine beside it
     did not, and the drift check failed an unchanged engine or passed a slowed one; paired, the
-    same moments read 0.95-1.00 unchanged and 1.51-1.55 slowed 1.5x (harness.timing.drift)."""
+    same moments read 0.95-1.00 unchanged and 1.51-1.55 slowed 1.5x (harness.judge.timing.drift)."""
     prompts = fixed_length_prompts(loaded, max(SPEED_BATCHES), SPEED_PROMPT_TOKENS)
     yardstick = loaded.hf_model()
     engine: dict[int, list[float]] = {b: [] for b in SPEED_BATCHES}
     yard: dict[int, list[float]] = {b: [] for b in SPEED_BATCHES}
-    with quiet_collector():  # as harness/speed.py times the yardstick alone
+    with quiet_collector():  # as harness/machine/speed.py times the yardstick alone
         paged_step_ms(loaded, prompts[:1], 4, 2, decode_attention, time.thread_time, fault)  # warm-ups, not kept
         contiguous_step_ms(yardstick, prompts[:1], 4, 2, clock=time.thread_time)
         for _ in range(repeats):  # the shapes interleaved too, so a transient hits both
@@ -130,7 +130,7 @@ def hf_decode(hf: torch.nn.Module, input_ids: torch.Tensor, past: object | None)
 def contiguous_step_ms(hf: torch.nn.Module, prompts: list[list[int]], steps: int, warmup: int,
                        clock=time.perf_counter) -> list[float]:
     """transformers' own decode step (its contiguous KV cache, then the argmax), timed by `clock`
-    (wall by default; harness/speed.py times this thread's CPU)."""
+    (wall by default; harness/machine/speed.py times this thread's CPU)."""
     logits, past = hf_decode(hf, torch.tensor(prompts), None)
     nxt = logits[:, -1].argmax(-1, keepdim=True)
     times = []
@@ -214,7 +214,7 @@ def run_step_bench(loaded: LoadedModel, batch_sizes: list[int], prompt_len: int,
         r["flops"] = decode_step_flops(loaded, r["batch"], context)
         r["paged_gflops"] = r["flops"] / (r["paged_ms"] / 1e3) / 1e9
         r["fraction_of_limit"] = r["paged_gflops"] / limit["gflops"]
-    from streamlab import paged_kernel
+    from streamlab.engine import paged_kernel
 
     contexts = [kernel_vs_gather(loaded, max(batch_sizes), n, steps, repeats, warmup) for n in (160, 400)]
     return {"kernel_vs_gather": contexts, "model": loaded.name, "prompt_tokens": prompt_len, "steps": steps, "repeats": repeats,

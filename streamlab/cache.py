@@ -2,7 +2,7 @@
 
 A fresh clone on a machine that ran the suite before (a CI runner, a second checkout) finds
 here what does not depend on the checkout: the paged attention kernel built for this CPU and
-torch (streamlab.paged_kernel), the fit of this machine's cost model (harness.machine) and,
+torch (streamlab.engine.paged_kernel), the fit of this machine's cost model (harness.fit.machine) and,
 written by scripts/dev, toxiproxy-server and the real peers' builds. The folder is
 $STREAMLAB_CACHE, else $XDG_CACHE_HOME/streamlab, else ~/.cache/streamlab: the same rule
 scripts/dev follows. Whatever is cached here says what it was made under and is made again when

@@ -46,7 +46,7 @@ class EngineConfig:
     prefill_chunk_tokens: int = 32
     # Decode attention: "gather" copies each sequence's blocks out of the pool and runs
     # scaled_dot_product_attention; "kernel" reads them through the block table in place
-    # (streamlab/paged_kernel.py, built at set-up; "gather" where it cannot be built).
+    # (streamlab/engine/paged_kernel.py, built at set-up; "gather" where it cannot be built).
     decode_attention: str = "kernel"
     # The weights' and the cache's dtype: float32 (exact, the default) or bfloat16 (identity
     # with solo runs is then measured, not promised: see the results page).

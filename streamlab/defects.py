@@ -1,5 +1,5 @@
 """Lab only: seeded defects, each a named bug a server runs with `--lab --lab-defect NAME`, so
-the swarm (harness/swarm.py) can be shown to find and shrink what no hand-written scenario
+the swarm (harness/swarm/search.py) can be shown to find and shrink what no hand-written scenario
 catches (issue 24). Off in every other run; a name here is checked once, at configuration.
 
 Each lives where the real bug would, behind `defect == NAME`, and is a one-line change there."""

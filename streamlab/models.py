@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from streamlab.errors import ModelLoadError
-from streamlab.model import GPT2
+from streamlab.engine.model import GPT2
 from streamlab.presets import PRESETS, GPT2Shape, Preset
 from streamlab.tokenizer import ASSETS, shipped_tokenizer
 

@@ -22,7 +22,7 @@ from starlette.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from streamlab.hub import Hub
-from streamlab.streams import Stream, StreamEvent
+from streamlab.hub.streams import Stream, StreamEvent
 from streamlab.openai_api import ChunkWriter
 from streamlab.sse import encode_comment, encode_json_event
 

@@ -55,7 +55,7 @@ def serve(config: ServiceConfig, host: str, port: int, log_level: str = "info") 
     sys.setswitchinterval(SWITCH_INTERVAL_S)
     app = create_app(config)
     # loop="asyncio": uvicorn's "auto" takes uvloop whenever it is installed (the harness's clients
-    # run on it, harness/loops.py), which would change the server under test with the admin port
+    # run on it, harness/live/loops.py), which would change the server under test with the admin port
     # (served through asyncio.run) or without it; every figure of ours was measured on asyncio's.
     uv_config = uvicorn.Config(app, host=host, port=port, log_level=log_level, lifespan="on",
                                timeout_graceful_shutdown=config.graceful_timeout_s + FLUSH_MARGIN_S,

@@ -3,7 +3,7 @@
 TestClient and httpx's ASGITransport buffer whole bodies, so they cannot show streaming or
 disconnects. Here the test decides when the client leaves (`disconnect`) and how fast it
 reads (`on_event`, awaited inside send: a slow send is a slow reader). The request's scope and
-receive() are the simulation's own (harness/asgi.py).
+receive() are the simulation's own (harness/sim/asgi.py).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from starlette.applications import Starlette
 
-from harness.asgi import http_scope, request_receive
+from harness.sim.asgi import http_scope, request_receive
 from streamlab.app import create_app
 from streamlab.config import ServiceConfig
 from streamlab.idle import drained

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from streamlab.config import CacheConfig
 from streamlab.engine.engine import BatchEngine
 from streamlab.engine.outputs import FinishEvent
-from streamlab.model import GPT2
+from streamlab.engine.model import GPT2
 from streamlab.sampling import top2_margin
 
 MAX_STEPS = 20_000  # every loop is bounded
@@ -72,7 +72,13 @@ def divergence(model: GPT2, prompt: list[int], expected: list[int], got: list[in
 
 def client_trace(scenario: str, mode: str, streams: list):
     """A trace holding only its clients' records (no server state, steps or releases)."""
-    from harness.trace import Trace
+    from harness.record.trace import Trace
 
-    return Trace(scenario=scenario, mode=mode, seed=0, config={}, streams=streams, server={}, releases=[],
+    return Trace(scenario=scenario, mode=mode, seed=0, spec=None, streams=streams, server={}, releases=[],
                  invariants=[], ledger_problems=[])
+
+
+def as_mode(trace, mode: str = "live"):
+    """The trace, its mode set (a simulated trace read as a live one)."""
+    trace.mode = mode
+    return trace

@@ -12,7 +12,7 @@ from contextlib import contextmanager
 
 import uvicorn
 
-from harness.rawhttp import RawExchange
+from harness.clients.rawhttp import RawExchange
 from streamlab.app import create_app
 from streamlab.config import ServiceConfig
 from streamlab.idle import drained

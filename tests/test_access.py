@@ -15,8 +15,8 @@ import time
 import openai
 import pytest
 
-from harness.live import free_port
-from harness.rawhttp import RawExchange
+from harness.live.process import free_port
+from harness.clients.rawhttp import RawExchange
 from streamlab.app import create_app
 from streamlab.cli import build_parser, service_config
 from streamlab.config import ServiceConfig

@@ -6,10 +6,10 @@ import json
 import pytest
 
 from benchmarks.common import spread
-from harness.trace import percentile
+from harness.record.trace import percentile
 from benchmarks.overlap import by_level, summarize_burst
 from benchmarks.streams import STREAMLAB, TimedStream, peer_api
-from harness.trace import StreamRecord
+from harness.record.trace import StreamRecord
 from streamlab.sse import SSEEvent
 
 # Times nothing (read for it): may run beside another such item under xdist (harness/cores_lock.py).

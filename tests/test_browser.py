@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.faults import ToxiproxyClient, ToxiproxyServer, find_binary
-from harness.live import ServerProcess
-from harness.toxics import LimitDataToxic
+from harness.live.toxiproxy import ToxiproxyClient, ToxiproxyServer, find_binary
+from harness.live.process import ServerProcess
+from harness.format.toxics import LimitDataToxic
 
 SHOTS = Path("results") / "browser"
 PROMPT = "Return the number of items in the container."

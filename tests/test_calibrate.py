@@ -1,4 +1,4 @@
-"""The fit of this machine's cost model (harness/calibrate.py), on traces whose terms are known."""
+"""The fit of this machine's cost model (harness/fit/calibrate.py), on traces whose terms are known."""
 
 from __future__ import annotations
 
@@ -6,11 +6,12 @@ import dataclasses
 
 import pytest
 
-from harness.calibrate import PADDED, REFUSED, UNREAD, calibration_scenarios, fit_bytes, fit_per_request, head_span
-from harness.profile import load_profile
-from harness.runner import run_trace
-from harness.scenario import SCENARIOS_DIR, load
-from harness.simulation import SimBackend
+from harness.fit.calibrate import PADDED, REFUSED, UNREAD, calibration_scenarios, fit_bytes, fit_per_request, head_span
+from harness.machine.cost_model import load_profile
+from harness.run.once import run_trace
+from harness.format.scenario import SCENARIOS_DIR
+from harness.format.load import load
+from harness.sim.backend import SimBackend
 
 # Times nothing (read for it): may run beside another such item under xdist (harness/cores_lock.py).
 pytestmark = pytest.mark.shares_cores

@@ -1,12 +1,12 @@
-"""The checks (harness/checks.py), each on a trace made to pass it and one made to fail it."""
+"""The checks (harness/judge/checks.py), each on a trace made to pass it and one made to fail it."""
 
 from __future__ import annotations
 
 import pytest
 
-from harness.checks import arrivals
-from harness.scenario import load_by_name
-from harness.trace import StreamRecord
+from harness.judge.checks import arrivals
+from harness.format.load import load_by_name
+from harness.record.trace import StreamRecord
 from tests.helpers import client_trace
 
 # Times nothing (read for it): may run beside another such item under xdist (harness/cores_lock.py).

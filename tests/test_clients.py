@@ -1,4 +1,4 @@
-"""The clients (harness/clients.py): what every client records, how it leaves, the headers it
+"""The clients (harness/clients/client.py): what every client records, how it leaves, the headers it
 carries, and launch()'s arrivals and concurrency. Run behind the simulation (the real app, hub
 and engine) where a server is needed."""
 
@@ -7,10 +7,10 @@ from __future__ import annotations
 import asyncio
 import random
 
-from harness import runner
-from harness.clients import Client, with_headers
-from harness.scenario import GroupSpec, Scenario
-from harness.trace import StreamRecord
+from harness.run import once
+from harness.clients.client import Client, with_headers
+from harness.format.scenario import GroupSpec, Scenario
+from harness.record.trace import StreamRecord
 
 
 def scenario(groups: list[dict], **extra) -> Scenario:
@@ -24,7 +24,7 @@ def group(name: str, behaviour: dict, count: int = 2, **extra) -> dict:
 
 
 def test_a_reader_records_its_head_every_token_and_its_end():
-    trace, _ = runner.simulate(scenario([group("readers", {"kind": "reader"})]))
+    trace, _ = once.simulate(scenario([group("readers", {"kind": "reader"})]))
     for s in trace.group("readers"):
         assert s.status == 200 and s.sent_at <= s.head_at <= s.token_times[0]
         assert len(s.token_times) == 24 and s.token_times == sorted(s.token_times)
@@ -33,7 +33,7 @@ def test_a_reader_records_its_head_every_token_and_its_end():
 
 
 def test_a_dropper_records_when_and_how_it_left():
-    trace, _ = runner.simulate(scenario([group("droppers", {"kind": "dropper", "after_tokens": 5, "close": "rst"})]))
+    trace, _ = once.simulate(scenario([group("droppers", {"kind": "dropper", "after_tokens": 5, "close": "rst"})]))
     for s in trace.group("droppers"):
         assert s.close_how == "rst" and s.closed_at is not None
         assert len(s.token_times) >= 5 and s.closed_at >= s.token_times[4]
@@ -63,7 +63,7 @@ def test_joiners_arrive_while_their_group_runs_and_no_more_than_the_cap_at_once(
                   group("joiners", {"kind": "reader"}, arrival={"kind": "join_while", "group": "running",
                                                                "start_s": 0.0, "end_s": 0.05})],
                  max_clients_at_once=3)
-    trace, _ = runner.simulate(s)
+    trace, _ = once.simulate(s)
     first_token = min(t for r in trace.group("running") for t in r.token_times[:1])
     assert all(j.sent_at >= first_token for j in trace.group("joiners"))
     spans = [(r.sent_at, r.ended_at) for r in trace.streams]
@@ -78,7 +78,7 @@ def test_joiners_of_a_group_that_never_made_a_token_go_when_it_ends():
                                      "expect_error": "invalid_json"}),
                   group("joiners", {"kind": "reader"}, arrival={"kind": "join_while", "group": "refused",
                                                                "start_s": 0.0, "end_s": 0.05})])
-    trace, _ = runner.simulate(s)
+    trace, _ = once.simulate(s)
     refused_end = max(r.head_at for r in trace.group("refused"))  # its answer: a 400
     assert all(not r.token_times for r in trace.group("refused"))
     assert all(j.sent_at >= refused_end and j.finish == "length" for j in trace.group("joiners"))
@@ -96,7 +96,7 @@ def test_a_live_event_is_recorded_when_its_bytes_arrived_not_when_a_busy_loop_re
     import threading
     import time
 
-    from harness.clients import raw_opener
+    from harness.clients.client import raw_opener
 
     listener = socket.create_server(("127.0.0.1", 0))
     port = listener.getsockname()[1]

@@ -1,4 +1,4 @@
-"""A server the harness starts leaves a core for its event loop and the load (harness.cores)."""
+"""A server the harness starts leaves a core for its event loop and the load (harness.machine.cores)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import pytest
 import asyncio
 import os
 
-from harness.cores import server_threads
-from harness.live import ServerProcess
-from harness.cores import torch_threads
+from harness.machine.cores import server_threads
+from harness.live.process import ServerProcess
+from harness.machine.cores import torch_threads
 
 # Times nothing (read for it): may run beside another such item under xdist (harness/cores_lock.py).
 pytestmark = pytest.mark.shares_cores

@@ -7,7 +7,7 @@ from contextlib import asynccontextmanager
 
 import pytest
 
-from streamlab import hub as hub_module
+from streamlab.hub import hub as hub_module
 from streamlab.config import CacheConfig, EngineConfig, ServiceConfig
 from streamlab.deadline import QueueSnapshot, StepCostModel, predict_ttft_s
 from tests.asgi import running_service

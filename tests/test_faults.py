@@ -94,7 +94,8 @@ def test_faults_need_the_lab():
 def test_a_scenario_with_faults_validates_again_after_a_dump():
     """`faults:` is copied into the server's options; the dumped scenario (a trace's config) must
     validate again, while a conflicting server value is still refused."""
-    from harness.scenario import Scenario, load_by_name
+    from harness.format.scenario import Scenario
+    from harness.format.load import load_by_name
 
     scenario = load_by_name("engine_fault_step")
     again = Scenario.model_validate(scenario.model_dump(mode="json"))

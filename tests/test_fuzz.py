@@ -14,7 +14,8 @@ import re
 import yaml
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from harness.scenario import SCENARIOS_DIR, ScenarioError, load
+from harness.format.scenario import SCENARIOS_DIR
+from harness.format.load import ScenarioError, load
 from streamlab.config import CacheConfig, EngineConfig, ServiceConfig
 from tests.asgi import assert_clean, running_service
 

@@ -2,9 +2,10 @@
 
 import pytest
 
-from harness.trace import StreamRecord
-from harness.trace import goodput, meets_slo
-from harness.scenario import ScenarioError, Slo, load
+from harness.record.trace import StreamRecord
+from harness.record.trace import goodput, meets_slo
+from harness.format.scenario import Slo
+from harness.format.load import ScenarioError, load
 
 # Times nothing (read for it): may run beside another such item under xdist (harness/cores_lock.py).
 pytestmark = pytest.mark.shares_cores

@@ -15,7 +15,7 @@ import urllib.request
 
 import pytest
 
-from harness.live import free_port
+from harness.live.process import free_port
 from streamlab.idle import drained
 
 HEADER_TIMEOUT_S = 1.0

@@ -1,4 +1,4 @@
-"""The hub (streamlab/hub.py): one step loop, run by the server's step thread and by the simulation."""
+"""The hub (streamlab/hub/): one step loop, run by the server's step thread and by the simulation."""
 
 from __future__ import annotations
 
@@ -6,13 +6,13 @@ import pytest
 
 import asyncio
 
-from harness import runner
-from harness.scenario import load_by_name
-from harness.simulation import SimStepClock
-from harness.trace import metric_values, percentile
+from harness.run import once
+from harness.format.load import load_by_name
+from harness.sim.server import SimStepClock
+from harness.record.trace import metric_values, percentile
 from streamlab.config import ServiceConfig
 from streamlab.hub import Hub
-from streamlab.step_clock import WallStepClock
+from streamlab.hub.step_clock import WallStepClock
 from tests.asgi import running_service
 
 # Times nothing (read for it): may run beside another such item under xdist (harness/cores_lock.py).
@@ -28,7 +28,7 @@ def test_the_step_thread_and_the_simulation_run_the_same_step_loop(monkeypatch, 
         return original(self, clock)
 
     monkeypatch.setattr(Hub, "step_loop", spy)
-    trace, _ = runner.simulate(load_by_name("overlap_4"))
+    trace, _ = once.simulate(load_by_name("overlap_4"))
     async def threaded() -> int:
         async with running_service(ServiceConfig(), tiny) as svc:
             reply = await svc.call("/v1/stream", {"prompt": "Return the value", "max_new_tokens": 4,
@@ -45,8 +45,8 @@ def test_the_simulation_hands_first_tokens_over_per_prefill_like_the_server():
     (whole-prompt prefill: with a step token budget the prefill is part of the step's one pass)."""
     scenario = load_by_name("late_joiners_8")
     scenario = scenario.model_copy(update={"server": scenario.server.model_copy(update={"step_token_budget": 0})})
-    early, _ = runner.simulate(scenario)
+    early, _ = once.simulate(scenario)
     step = scenario.model_copy(update={"server": scenario.server.model_copy(update={"first_token": "step"})})
-    late, _ = runner.simulate(step)
+    late, _ = once.simulate(step)
     assert percentile(metric_values(early.group("joiners"), "ttft_s"), 50) < \
         percentile(metric_values(late.group("joiners"), "ttft_s"), 50)

@@ -1,6 +1,7 @@
-"""The packages' import graph: no cycle anywhere in streamlab/ or harness/, lazy imports included
-(type-only ones, under `if TYPE_CHECKING:`, never run and are left out),
-and the service never imports the harness (its `scenario` and `lab` commands are entry points)."""
+"""The packages' import graph: no cycle anywhere in streamlab/ or harness/, lazy and type-only
+imports (under `if TYPE_CHECKING:`) included; the harness's packages import only downwards in
+their layer order (docs/LAYOUT.md draws it); and the service never imports the harness (its
+`scenario` and `lab` commands are entry points)."""
 
 from __future__ import annotations
 
@@ -38,16 +39,18 @@ def _is_type_checking(test: ast.expr) -> bool:
         (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
 
 
-def import_graph() -> dict[str, set[str]]:
-    """Module -> the modules of ours it imports anywhere in its file (inside functions too)."""
+def import_graph(type_only: bool = True) -> dict[str, set[str]]:
+    """Module -> the modules of ours it imports anywhere in its file (inside functions too, and
+    under `if TYPE_CHECKING:` unless type_only is False: a type-only edge is a dependency of the
+    code's meaning even where it never runs)."""
     mods = modules()
     graph: dict[str, set[str]] = {m: set() for m in mods}
     for name, path in mods.items():
         tree = ast.parse(path.read_text(), str(path))
-        type_only = {id(n) for block in ast.walk(tree) if isinstance(block, ast.If) and _is_type_checking(block.test)
+        type_checking = {id(n) for block in ast.walk(tree) if isinstance(block, ast.If) and _is_type_checking(block.test)
                      for stmt in block.body for n in ast.walk(stmt)}
         for node in ast.walk(tree):
-            if id(node) in type_only:  # `if TYPE_CHECKING:` imports never run
+            if id(node) in type_checking and not type_only:
                 continue
             if isinstance(node, ast.Import):
                 targets = [a.name for a in node.names]
@@ -102,10 +105,91 @@ def test_no_import_cycle_in_either_package():
     assert cycles(import_graph()) == []
 
 
+# The harness's packages, lowest first: each imports only from those before it. Packages in one
+# tuple are siblings and never import each other; the judge is pure (its verdicts read traces and
+# scenarios, never a transport, a process or another server). Modules at the root (cli, collect,
+# progress, cores_lock, times, scenario_docs, targets_report) are the faces, above everything.
+LAYERS = [("record",), ("machine",), ("format",), ("clients",), ("targets",), ("sim", "live"), ("judge",),
+          ("run",), ("swarm", "fit")]
+JUDGE_NEVER = {"clients", "targets", "sim", "live"}
+
+
+def layer_of(module: str) -> tuple[int, str]:
+    """(its layer's index, its package) for a harness module; the faces are above every layer."""
+    parts = module.split(".")
+    if len(parts) > 2 or (len(parts) == 2 and any(parts[1] in layer for layer in LAYERS)):
+        package = parts[1]
+        return next(i for i, layer in enumerate(LAYERS) if package in layer), package
+    return len(LAYERS), "faces"
+
+
+def layer_violations(graph: dict[str, set[str]]) -> list[str]:
+    out = []
+    for module, targets in graph.items():
+        if not module.startswith("harness."):
+            continue
+        mine, package = layer_of(module)
+        for target in targets:
+            if not target.startswith("harness."):
+                continue
+            theirs, their_package = layer_of(target)
+            if their_package == package:
+                continue
+            if theirs > mine or (theirs == mine and package != "faces"):
+                out.append(f"{module} -> {target}: {package} may not import {their_package}")
+            elif package == "judge" and their_package in JUDGE_NEVER:
+                out.append(f"{module} -> {target}: the judge imports no {their_package}")
+    return sorted(out)
+
+
+def test_the_harness_imports_only_downwards_in_its_layers():
+    assert layer_violations(import_graph()) == []
+    unplaced = sorted(m for m in modules() if m.startswith("harness.") and m.count(".") > 1
+                      and layer_of(m)[1] == "faces")
+    assert unplaced == [], "a package that is not in LAYERS"
+
+
+def test_the_layer_check_finds_an_upward_import():
+    graph = import_graph()
+    graph["harness.record.trace"] = graph["harness.record.trace"] | {"harness.judge.checks"}
+    graph["harness.sim.clock"] = graph["harness.sim.clock"] | {"harness.live.loops"}
+    assert layer_violations(graph) == [
+        "harness.record.trace -> harness.judge.checks: record may not import judge",
+        "harness.sim.clock -> harness.live.loops: sim may not import live"]
+
+
 def test_the_walk_finds_a_cycle_when_there_is_one():
     graph = import_graph()
-    graph["harness.verdict"] = graph["harness.verdict"] | {"harness.runner"}  # runner -> checks -> verdict
-    assert any("harness.verdict" in c and "harness.runner" in c for c in cycles(graph))
+    graph["harness.record.verdict"] = graph["harness.record.verdict"] | {"harness.run.runner"}  # runner -> checks -> verdict
+    assert any("harness.record.verdict" in c and "harness.run.runner" in c for c in cycles(graph))
+
+
+# The service's rooms, lowest first: the engine (and the model it runs) knows no stream; the hub
+# knows the engine and no route; the routes and responses sit above both (docs/LAYOUT.md).
+SERVICE_BELOW_HUB = "streamlab.engine"
+SERVICE_ABOVE_HUB = ("streamlab.app", "streamlab.serving_routes", "streamlab.operator_routes", "streamlab.lab_routes",
+                     "streamlab.responses", "streamlab.server", "streamlab.metrics")
+
+
+def service_violations(graph: dict[str, set[str]]) -> list[str]:
+    out = []
+    for module, targets in graph.items():
+        for target in targets:
+            if module.startswith(SERVICE_BELOW_HUB + ".") and target.startswith(("streamlab.hub", *SERVICE_ABOVE_HUB)):
+                out.append(f"{module} -> {target}: the engine knows no stream or route")
+            elif module.startswith("streamlab.hub") and target.startswith(SERVICE_ABOVE_HUB):
+                out.append(f"{module} -> {target}: the hub knows no route")
+    return sorted(out)
+
+
+def test_the_service_imports_from_the_routes_to_the_hub_to_the_engine():
+    assert service_violations(import_graph()) == []
+    graph = import_graph()
+    graph["streamlab.engine.scheduler"] = graph["streamlab.engine.scheduler"] | {"streamlab.hub.streams"}
+    graph["streamlab.hub.delivery"] = graph["streamlab.hub.delivery"] | {"streamlab.responses"}
+    assert service_violations(graph) == [  # the check sees an upward import
+        "streamlab.engine.scheduler -> streamlab.hub.streams: the engine knows no stream or route",
+        "streamlab.hub.delivery -> streamlab.responses: the hub knows no route"]
 
 
 def test_the_service_imports_nothing_from_the_harness():
@@ -146,3 +230,27 @@ def test_streamlab_serve_starts_and_streams_with_the_harness_unimportable():
         except subprocess.TimeoutExpired:
             os.kill(proc.pid, signal.SIGKILL)
             proc.communicate(timeout=10)
+
+
+def test_every_module_has_its_test_file_or_a_line_in_the_test_readme():
+    """Tests mirror modules: `x.py` is covered by tests/test_x.py, or tests/README.md names the
+    tests that cover it (a row that starts with the module's dotted name)."""
+    readme = (ROOT / "tests" / "README.md").read_text()
+    listed = {line.split("|")[1].strip(" `") for line in readme.splitlines() if line.startswith("|")}
+    missing = sorted(m for m, path in modules().items()
+                     if path.read_text().strip() and not (ROOT / "tests" / f"test_{m.rsplit('.', 1)[-1]}.py").exists()
+                     and m not in listed)
+    assert missing == [], "each needs tests/test_<name>.py or a row in tests/README.md"
+
+
+LONGEST = 350  # lines; a module past it is listed in docs/LAYOUT.md ("Module length") with its reason
+
+
+def test_no_module_is_over_350_lines_unless_the_docs_say_why():
+    import re
+
+    listed = set(re.findall(r"^\| `([\w/.]+\.py)` \| \d+ \|", (ROOT / "docs" / "LAYOUT.md").read_text(), re.M))
+    long = {str(path.relative_to(ROOT)) for folder in ("streamlab", "harness", "tests", "benchmarks", "scripts")
+            for path in (ROOT / folder).rglob("*.py") if len(path.read_text().splitlines()) > LONGEST}
+    assert long - listed == set(), "over 350 lines without a line in docs/LAYOUT.md saying why"
+    assert listed - long == set(), "docs/LAYOUT.md lists a module that is no longer long"

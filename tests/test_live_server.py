@@ -14,7 +14,7 @@ import httpx
 import pytest
 from httpx_sse import aconnect_sse
 
-from harness.rawhttp import RawExchange
+from harness.clients.rawhttp import RawExchange
 from streamlab.config import CacheConfig, EngineConfig, ServiceConfig
 from tests.asgi import assert_clean
 from tests.live import live_server

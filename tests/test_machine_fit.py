@@ -1,5 +1,5 @@
 """The cached fit of this machine's cost model is kept only while a live probe agrees with it
-(harness/machine.py): the probe passes a fit that describes the machine and refuses one that
+(harness/fit/machine.py): the probe passes a fit that describes the machine and refuses one that
 does not. Live runs, timed: not marked shares_cores."""
 
 from __future__ import annotations
@@ -10,9 +10,11 @@ import time
 
 import pytest
 
-from harness import machine, runner, speed
-from harness.live_run import live_unavailable
-from harness.profile import load_profile
+from harness.fit import machine
+from harness.run import once
+from harness.machine import speed
+from harness.live.backend import live_unavailable
+from harness.machine.cost_model import load_profile
 
 pytestmark = pytest.mark.skipif(live_unavailable() is not None, reason=str(live_unavailable()))
 
@@ -40,14 +42,14 @@ def test_the_probe_keeps_a_fit_that_holds_and_refits_one_that_does_not(tmp_path,
     # of 1.16x in a CI run (every figure 1.08-1.30x: the machine, not the probe), which refits in
     # real use but failed this test. How far probes spread is docs/HARNESS.md's figure.
     recorded: dict[str, list] = {}
-    real_run_live = runner.run_live
+    real_run_live = once.run_live
 
     def recording(scenario, progress=None):
         run = real_run_live(scenario, progress)
         recorded.setdefault(scenario.name, []).append(run)
         return run
 
-    monkeypatch.setattr(runner, "run_live", recording)
+    monkeypatch.setattr(once, "run_live", recording)
     here = machine.probe(committed, say=lambda line: None)  # this machine against the committed fit
     assert set(here) == {f"{s} {m}" for s in machine.PROBE for m in machine.PROBE_METRICS}, here
     replayed: list[str] = []
@@ -57,7 +59,7 @@ def test_the_probe_keeps_a_fit_that_holds_and_refits_one_that_does_not(tmp_path,
         replayed.append(scenario.name)
         return runs[(replayed.count(scenario.name) - 1) % len(runs)]
 
-    monkeypatch.setattr(runner, "run_live", replay)
+    monkeypatch.setattr(once, "run_live", replay)
     path = tmp_path / "tiny.json"
     _cached(path, committed, here, yardstick)  # a fit that describes what these runs read
     assert machine.stale("tiny", path, say=lambda line: None) is None

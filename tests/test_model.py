@@ -5,7 +5,7 @@ import torch
 
 from streamlab.config import CacheConfig
 from streamlab.engine.cache import KVCache
-from streamlab.model import Linear, prepacked_linear_available, probe_row_quantum
+from streamlab.engine.model import Linear, prepacked_linear_available, probe_row_quantum
 
 
 @pytest.mark.parametrize("packed", [False, True])
@@ -57,7 +57,7 @@ def test_paged_decode_matches_dense_attention(tiny):
     table = [7, 3, 11, 0, 5, 9, 2, 14, 1, 6, 8]  # scattered on purpose
     slots = cache.slots_for(table, 0, len(ids) - 1)
     model.prefill(ids[:-1], slots, cache)
-    from streamlab.model import AttentionGroup, DecodeBatch
+    from streamlab.engine.model import AttentionGroup, DecodeBatch
     pos = len(ids) - 1
     nb = 16
     group = AttentionGroup(torch.tensor([0]), cache.padded_blocks([table], nb),
@@ -106,7 +106,7 @@ def test_paged_attention_rows_do_not_depend_on_the_group_size():
     threads: a sequence's attention output has the same bits in a group of any size."""
     from types import SimpleNamespace
 
-    from streamlab.model import GPT2, AttentionGroup
+    from streamlab.engine.model import GPT2, AttentionGroup
     from streamlab.presets import GPT2Shape
 
     shape = GPT2Shape(8192, 1024, 768, 1, 12)

@@ -9,8 +9,8 @@ import json
 
 import pytest
 
-from harness.live import ServerProcess, free_port
-from harness.scenario import ServerSpec
+from harness.live.process import ServerProcess, free_port
+from harness.format.scenario import ServerSpec
 from streamlab.cli import main
 from streamlab.options import SERVE_OPTIONS, service_config
 from streamlab.policies import Policy

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from benchmarks.overload import figures
-from harness.scenario import load_by_name
+from harness.format.load import load_by_name
 
 
 def check(f: dict[str, dict], control_holds: bool = True) -> None:
@@ -32,7 +32,7 @@ def test_the_deadline_rule_beats_the_waiting_limit_in_simulation():
 
 
 def test_the_deadline_rule_beats_the_waiting_limit_live():
-    from harness.live_run import live_unavailable
+    from harness.live.backend import live_unavailable
 
     reason = live_unavailable(load_by_name("overload_deadline"))
     if reason:

@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from streamlab import paged_kernel
+from streamlab.engine import paged_kernel
 from streamlab.config import CacheConfig, EngineConfig
 from streamlab.engine.engine import BatchEngine
 from streamlab.sampling import SamplingParams

@@ -12,8 +12,9 @@ import httpx
 import pytest
 import torch
 
-from harness.engines import VLLM_MIN_HEAD, VLLM_SERVER_ENV, llama_server, llama_server_missing, vllm, vllm_missing
-from harness.live import TargetProcess
+from harness.format.target import VLLM_MIN_HEAD, VLLM_SERVER_ENV
+from harness.targets.engines import llama_server, llama_server_missing, vllm, vllm_missing
+from harness.live.process import TargetProcess
 from tests.peers import needs_peer
 from streamlab.config import CacheConfig, EngineConfig
 from streamlab.engine.engine import BatchEngine

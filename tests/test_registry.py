@@ -1,4 +1,4 @@
-"""The check registry (harness/registry.py): every check declared once, dispatched from it, and one
+"""The check registry (harness/judge/registry.py): every check declared once, dispatched from it, and one
 rule for all of them: a check that compared nothing is not observable, never passed."""
 
 from __future__ import annotations
@@ -7,10 +7,14 @@ import typing
 
 import pytest
 
-from harness import checks, registry, runner
-from harness.scenario import CheckName, Scenario, load_by_name
-from harness.trace import StreamRecord
-from harness.verdict import CheckResult
+from harness.judge import checks
+from harness.judge import registry
+from harness.run import once, runner
+from harness.format.scenario import Scenario
+from harness.format.load import load_by_name
+from harness.format.expect import CheckName
+from harness.record.trace import StreamRecord
+from harness.record.verdict import CheckResult
 from tests.helpers import client_trace
 
 # Times nothing (read for it): may run beside another such item under xdist (harness/cores_lock.py).
@@ -46,7 +50,7 @@ def test_nothing_compared_is_not_observable_never_passed():
 
 
 def test_a_scenario_without_a_baseline_reports_its_gate_not_observable():
-    sim = runner.simulate(load_by_name("overlap_1"))[0]
+    sim = once.simulate(load_by_name("overlap_1"))[0]
     gate = registry.settle(runner.timing.regression(sim, {}), [])
     assert gate.passed is None and "no committed sim baseline" in gate.figure
 

@@ -1,4 +1,4 @@
-"""The report (harness/report.py): it renders a run and judges nothing."""
+"""The report (harness/judge/report.py): it renders a run and judges nothing."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import json
 
 from rich.console import Console
 
-from harness import report
-from harness.verdict import CheckResult
-from harness.trace import StreamRecord
+from harness.judge import report
+from harness.record.verdict import CheckResult
+from harness.record.trace import StreamRecord
 from tests.helpers import client_trace
 
 # Times nothing (read for it): may run beside another such item under xdist (harness/cores_lock.py).

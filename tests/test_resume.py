@@ -167,9 +167,9 @@ async def test_a_second_connection_takes_the_stream_over(tiny):
 async def test_the_resumption_check_fails_a_run_whose_fault_missed_a_reconnector():  # async: the module is marked
     """A reconnector that finished on its first connection proved nothing about resumption: at
     0.3 s resume_proxy_down's fault once missed 200-token streams that were done in 0.27 s."""
-    from harness.checks import resumption
-    from harness.trace import StreamRecord
-    from harness.scenario import load_by_name
+    from harness.judge.checks import resumption
+    from harness.record.trace import StreamRecord
+    from harness.format.load import load_by_name
     from tests.helpers import client_trace
 
     def stream(i: int, resumes: list[int]) -> StreamRecord:

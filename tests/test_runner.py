@@ -1,4 +1,4 @@
-"""The runner (harness/runner.py): a failure is on the trace and fails the run, and verdicts depend
+"""The runner (harness/run/runner.py): a failure is on the trace and fails the run, and verdicts depend
 on nothing but the items run."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import sys
 import textwrap
 
-from harness import runner
-from harness.scenario import load_by_name
+from harness.run import runner
+from harness.format.load import load_by_name
 from streamlab.engine.engine import BatchEngine
 
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import secrets
-import shutil
 import socket
 import subprocess
 import sys
@@ -18,11 +17,12 @@ from pathlib import Path
 
 import pytest
 
-from harness.live_run import live_unavailable
-from harness.plan import plan, tokenizer_for
-from harness.runner import RESULTS, RunContext, run_scenario
-from harness.scenario import Scenario, load
-from harness.shards import Sharding, refused, shard_of, sharding_unavailable
+from harness.live.backend import live_unavailable
+from harness.clients.plan import plan, tokenizer_for
+from harness.run.runner import RESULTS, RunContext, run_scenario
+from harness.format.scenario import Scenario
+from harness.format.load import load
+from harness.live.shards import Sharding, refused, shard_of, sharding_unavailable
 from streamlab.config import CacheConfig, EngineConfig
 from streamlab.engine.engine import BatchEngine
 from streamlab.models import load_model
@@ -35,7 +35,7 @@ needs_ray = pytest.mark.skipif(sharding_unavailable() is not None, reason=str(sh
 
 @pytest.fixture(scope="module", autouse=True)
 def no_cluster_left_running():
-    """A local cluster that a run starts lives as long as its process (harness.shards), and this
+    """A local cluster that a run starts lives as long as its process (harness.live.shards), and this
     process goes on to the timing checks: its daemons (raylet, GCS, monitors) must not wake on
     their cores for the rest of the session (a fresh-clone CI had them up for its last 40 minutes)."""
     yield
@@ -233,13 +233,13 @@ def test_a_null_model_scenario_that_asks_for_a_simulation_is_refused_naming_the_
 @needs_live
 def test_the_capacity_benchmark_reads_every_stream_and_bounds_its_samples_error(tmp_path):
     """The capacity benchmark's clients (the harness's own) read every stream from the null server,
-    on asyncio's loop and the live harness's (harness.loops). At 32 streams the loop keeps up, so
+    on asyncio's loop and the live harness's (harness.live.loops). At 32 streams the loop keeps up, so
     most sampled tokens' reads took them alone (error 0: their own segment's stamp), and none is
     bounded at a whole step or more at p99 (a stall of the loop that long under a loaded CI
     would be the machine's, not the method's); no read's kernel stamp is earlier than the server's clock
     as it wrote the event (a stamp in another clock would be)."""
     from benchmarks import harness_capacity
-    from harness.loops import run_on_live_loop
+    from harness.live.loops import run_on_live_loop
 
     async def main():
         async with harness_capacity.ServerProcess(harness_capacity.server_args(), log_dir=tmp_path) as server:
@@ -259,7 +259,7 @@ def test_a_sampled_reads_error_is_zero_alone_and_bounded_when_it_took_several():
     """event_errors: a read of one whole event is exact; a read of two is bounded by its stamp less
     the later of the previous read's start and each event's written_at."""
     from benchmarks.harness_capacity import event_errors
-    from harness.rawhttp import Read
+    from harness.clients.rawhttp import Read
 
     def token(t: float) -> bytes:
         body = b'event: token\ndata: {"index": 0, "written_at": %r}\n\n' % t

@@ -3,7 +3,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.scenario import SCENARIOS_DIR, ScenarioError, json_schema, load
+from harness.format.scenario import SCENARIOS_DIR
+from harness.format.load import ScenarioError, json_schema, load
 
 # Times nothing (read for it): may run beside another such item under xdist (harness/cores_lock.py).
 pytestmark = pytest.mark.shares_cores
@@ -98,10 +99,10 @@ def test_the_readmes_narrative_names_every_behaviour_arrival_and_toxic():
     arrivals table, the network paragraph) name every kind the format takes, read from the models."""
     import typing
 
-    from harness.arrivals import Arrival
-    from harness.behaviours import BEHAVIOURS
+    from harness.format.arrivals import Arrival
+    from harness.format.behaviours import BEHAVIOURS
     from harness.scenario_docs import README
-    from harness.toxics import ToxicSpec
+    from harness.format.toxics import ToxicSpec
 
     def kinds(union, field: str) -> set[str]:
         members = typing.get_args(typing.get_args(union)[0])

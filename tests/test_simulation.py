@@ -6,11 +6,11 @@ import asyncio
 
 import pytest
 
-from harness import runner
-from harness.clock import SimulationDeadlock, run_virtual
-from harness.scenario import load_by_name
-from harness.profile import StepCostProfile
-from harness.simulation import SimPipe
+from harness.run import once, runner
+from harness.sim.clock import SimulationDeadlock, run_virtual
+from harness.format.load import load_by_name
+from harness.machine.cost_model import StepCostProfile
+from harness.sim.transport import SimPipe
 from streamlab.engine import engine as engine_module
 from streamlab.engine.scheduler import Scheduler
 from streamlab.hub import Hub
@@ -54,8 +54,8 @@ def test_pipe_blocks_writes_at_capacity_and_delivers_after_latency():
 
 def test_same_seed_same_trace_byte_for_byte():
     scenario = load_by_name("disconnect_rst_early")
-    first, _ = runner.simulate(scenario)
-    second, _ = runner.simulate(scenario)
+    first, _ = once.simulate(scenario)
+    second, _ = once.simulate(scenario)
     assert first.to_json() == second.to_json()
     assert any(s.closed_at for s in first.streams)
 
@@ -192,15 +192,15 @@ def test_bytes_written_to_clients_take_the_servers_core():
     """Healthy streams beside four readers of 256 KiB events: slower once each byte written costs core time."""
     import dataclasses
 
-    from harness.profile import load_profile
-    from harness.trace import metric_values, percentile
-    from harness.simulation import SimBackend
+    from harness.machine.cost_model import load_profile
+    from harness.record.trace import metric_values, percentile
+    from harness.sim.backend import SimBackend
 
     scenario = load_by_name("slow_reader_unbounded_4")
     free = load_profile("tiny")
 
     def healthy_p50(profile) -> float:
-        trace = runner.run_trace(scenario, SimBackend(profile))[0]
+        trace = once.run_trace(scenario, SimBackend(profile))[0]
         return percentile(metric_values(trace.group("healthy"), "completion_s"), 50)
 
     without = healthy_p50(dataclasses.replace(free, serving_per_byte_s=0.0))
@@ -209,7 +209,7 @@ def test_bytes_written_to_clients_take_the_servers_core():
 
 def test_timers_due_at_one_moment_run_in_the_order_they_were_set():
     """asyncio orders its timer heap by time alone; the simulation's burst of requests sent at one
-    moment must reach the server's core in the order it was sent (harness.clock._OrderedTimer)."""
+    moment must reach the server's core in the order it was sent (harness.sim.clock._OrderedTimer)."""
     async def main():
         order: list[int] = []
         loop = asyncio.get_running_loop()

@@ -1,6 +1,6 @@
 """A slower machine on demand (`scripts/dev slow F CMD`): a few scenarios pass under a CPU quota of
 half this machine with the committed profile and baselines unchanged, every timing verdict judged
-on this machine's own figures (harness/timing.py), parity at the live run's pace."""
+on this machine's own figures (harness/judge/timing.py), parity at the live run's pace."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.verdict import CheckResult
+from harness.record.verdict import CheckResult
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "results" / "scenarios"  # where `scripts/dev main` writes each run's checks

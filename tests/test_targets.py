@@ -9,13 +9,16 @@ from pathlib import Path
 import pytest
 
 from harness.cores_lock import hold_machine
-from harness.engines import binaries_missing
-from harness.live_run import live_unavailable
-from harness.runner import RunContext, run_scenario, target_refused
-from harness.scenario import Scenario, load_by_name
-from harness.registry import BY_NAME, unobservable
-from harness.targets import FINDINGS, FRESH_SERVER, PROFILES, ROUTE_SCENARIOS, TARGETS, UNSETTLED, Target, read_gauges, resolve_target
-from harness.wire import OpenAIWire
+from harness.targets.engines import binaries_missing
+from harness.live.backend import live_unavailable
+from harness.run.runner import RunContext, refused_here, run_scenario
+from harness.format.scenario import Scenario
+from harness.format.load import load_by_name
+from harness.judge.registry import BY_NAME, unobservable
+from harness.format.target import PROFILES, TARGETS, Target, resolve_target
+from harness.targets.findings import FINDINGS, FRESH_SERVER, ROUTE_SCENARIOS, UNSETTLED
+from harness.targets.gauges import read_gauges
+from harness.clients.wire import OpenAIWire
 from streamlab.sse import SSEParser
 from tests.live import AppServer, running
 from tests.peers import missing_peer
@@ -208,11 +211,12 @@ def test_no_check_passes_what_the_target_cannot_show():
     assert checks["capacity_restored"].passed is False  # observable on any target: the leak shows here
 
 
-# ---- what of a scenario another server can run (harness.target_scope) ----
+# ---- what of a scenario another server can run (harness.targets.scope) ----
 
 def test_a_target_runs_every_group_it_can_and_leaves_out_our_servers_own():
-    from harness.scenario import SCENARIOS_DIR, load
-    from harness.target_scope import for_target, scenario_refused
+    from harness.format.scenario import SCENARIOS_DIR
+    from harness.format.load import load
+    from harness.targets.scope import for_target, scenario_refused
 
     def kept(name):
         scenario, notes = for_target(load_by_name(name), TARGETS["llamacpp"])
@@ -245,7 +249,7 @@ def test_a_target_runs_every_group_it_can_and_leaves_out_our_servers_own():
 
 
 def test_a_session_on_a_target_skips_what_it_cannot_run_and_notes_what_it_leaves_out():
-    from harness.runner import target_refused
+    from harness.run.runner import target_refused
 
     ctx = RunContext(results_dir=None, target=TARGETS["llamacpp"])
     assert "negative control" in target_refused(load_by_name("write_only_response"), "live", ctx)
@@ -271,7 +275,7 @@ def test_our_openai_route_gives_the_native_routes_verdicts(name):
         verdicts.pop("regression", None)
         differing = {k for k in verdicts.keys() | theirs.keys() if verdicts.get(k) != theirs.get(k)}
         # The two routes are two live runs: a timing verdict that differs is judged on a second
-        # pair, as the re-run rule judges any live timing verdict (harness.timing). A CI run read
+        # pair, as the re-run rule judges any live timing verdict (harness.judge.timing). A CI run read
         # overlap_8's gap bound failing on the OpenAI route only (in each of its own runs) on a
         # machine that moved 1.4-1.6x within minutes; here the two routes read 1.65x and 2.3x of
         # overlap_1's gap against the bound's 4x. Any other verdict must agree at once.
@@ -303,7 +307,7 @@ def _peer_runs() -> list:
 @pytest.fixture(scope="module")
 def peer_sessions():
     """One session per peer for the module, as a suite has: its server is started once and kept
-    across the scenarios (harness.live_run.LiveBackend), then stopped here."""
+    across the scenarios (harness.live.backend.LiveBackend), then stopped here."""
     sessions: dict[str, RunContext] = {}
 
     def session(peer: str) -> RunContext:
@@ -323,13 +327,13 @@ def peer_sessions():
 @pytest.mark.slow
 @pytest.mark.parametrize("peer,name", _peer_runs())
 def test_a_real_peer_through_toxiproxy(peer, name, peer_sessions):
-    """Every library scenario a peer can run (harness.target_scope), through Toxiproxy: each
+    """Every library scenario a peer can run (harness.targets.scope), through Toxiproxy: each
     check holds, is not observable there, or fails as an asserted finding."""
     scenario = load_by_name(name)
     missing = binaries_missing(TARGETS[peer].uses)
     if missing:
         missing_peer(missing)
-    reason = live_unavailable(scenario, TARGETS[peer]) or target_refused(scenario, "live", peer_sessions(peer))
+    reason = refused_here(scenario, "live", peer_sessions(peer))
     if reason:
         pytest.skip(reason)
     if (peer, name) in FRESH_SERVER:  # the finding needs a server that served nothing before

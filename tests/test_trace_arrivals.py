@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from harness.arrivals import TraceArrival
-from harness.plan import plan, tokenizer_for
-from harness.scenario import ScenarioError, load
-from harness.trace_arrivals import read_trace, shipped_traces
+from harness.format.arrivals import TraceArrival
+from harness.clients.plan import plan, tokenizer_for
+from harness.format.load import ScenarioError, load
+from harness.format.trace_arrivals import read_trace, shipped_traces
 
 # Times nothing (read for it): may run beside another such item under xdist (harness/cores_lock.py).
 pytestmark = pytest.mark.shares_cores

@@ -1,4 +1,4 @@
-"""`streamlab serve` forked from an imported one (harness.zygote): each start is still a process of
+"""`streamlab serve` forked from an imported one (harness.live.zygote): each start is still a process of
 its own, started with the environment it was given, and it ends as a Popen'd one does."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import signal
 
 import pytest
 
-from harness import zygote
-from harness.live import ServerProcess
+from harness.live import zygote
+from harness.live.process import ServerProcess
 
 # Times nothing (read for it): may run beside another such item under xdist (harness/cores_lock.py).
 pytestmark = [pytest.mark.asyncio, pytest.mark.shares_cores]

@@ -14,36 +14,28 @@ import itertools
 import time
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import torch
 
 from streamlab.config import EngineConfig
-from streamlab.deadline import QueueSnapshot
 from streamlab.engine.blocks import BlockManager
 from streamlab.engine.faults import FaultPlan, busy
+from streamlab.engine.inspection import EngineInspection
 from streamlab.engine.inputs import chunk_input, decode_batch, prefill_passes
-from streamlab.engine.outputs import EngineStats, FinishEvent, StepOutput, TokenEvent
+from streamlab.engine.outputs import FinishEvent, StepOutput, TokenEvent
 from streamlab.engine.scheduler import ScheduledBatch, Scheduler
-from streamlab.engine.sequence import FinishReason, Sequence, SequenceStatus, StopCheck
+from streamlab.engine.sequence import FinishReason, Sequence, SequenceStatus, StopCheck, Wish
 from streamlab.errors import (DuplicateRequest, EngineBroken, InjectedFault, InvariantViolation, RequestError,
                               RequestTooLarge)
-from streamlab import paged_kernel
-from streamlab.model import GPT2
+from streamlab.engine import paged_kernel
+from streamlab.engine.model import GPT2
 from streamlab.sampling import SamplingParams, make_rng, sample
 
 
 MAX_CONSECUTIVE_STEP_ERRORS = 3  # this many failed steps in a row: the engine is broken, not unlucky
 
 
-@dataclass(frozen=True)
-class _Wish:
-    kind: str  # "submit" | "cancel" | "pause" | "resume" | "stop"
-    request_id: str
-    seq: Sequence | None = None
-
-
-class BatchEngine:
+class BatchEngine(EngineInspection):
     def __init__(self, model: GPT2, config: EngineConfig = EngineConfig(), fault: FaultPlan | None = None) -> None:
         dtype = getattr(torch, config.dtype)
         self.model = model if model.dtype == dtype else model.cast(dtype)
@@ -51,7 +43,7 @@ class BatchEngine:
         self.cache = self.model.new_cache(config.cache)
         self.blocks = BlockManager(config.cache.num_blocks, ledger_window=config.history)
         self.scheduler = Scheduler(config, self.blocks)
-        self._inbox: list[_Wish] = []
+        self._inbox: list[Wish] = []
         self._inbox_lock = threading.Lock()
         self._state_lock = threading.Lock()  # held for bookkeeping, never during a forward pass
         self._step_lock = threading.Lock()  # one step at a time
@@ -97,7 +89,7 @@ class BatchEngine:
                 raise DuplicateRequest(f"request id {request_id!r} is already in the engine")
             self._live[request_id] = seq
             self._submitted += 1
-            self._inbox.append(_Wish("submit", request_id, seq))
+            self._inbox.append(Wish("submit", request_id, seq))
 
     def _rng(self, params: SamplingParams) -> torch.Generator | None:
         """Each sampled request's own generator (or, under a seeded defect, one per seed)."""
@@ -132,7 +124,7 @@ class BatchEngine:
 
     def _wish(self, kind: str, request_id: str) -> None:
         with self._inbox_lock:
-            self._inbox.append(_Wish(kind, request_id))
+            self._inbox.append(Wish(kind, request_id))
 
     # ---- the step ----
 
@@ -302,82 +294,3 @@ class BatchEngine:
         self._finished_by_reason[reason.value] += 1
         finished.append(FinishEvent(seq.request_id, reason, len(seq.output_ids), step, seq.closed_at,
                                     seq.closed_after_step))
-
-    # ---- inspection ----
-
-    def live_request_ids(self) -> list[str]:
-        """Requests submitted and not yet finished (the inbox included)."""
-        with self._inbox_lock:
-            return list(self._live)
-
-    def stats(self) -> EngineStats:
-        with self._state_lock:
-            with self._inbox_lock:
-                pending = sum(1 for w in self._inbox if w.kind == "submit")
-            sched = self.scheduler
-            return EngineStats(
-                blocks_total=self.blocks.num_blocks, blocks_free=self.blocks.num_free,
-                blocks_reserved=self.blocks.num_held, waiting=len(sched.waiting) + pending,
-                running=len(sched.running), paused=sum(1 for s in sched.running if s.paused),
-                releases=self.blocks.ledger.releases,
-                double_release_attempts=self.blocks.ledger.double_release_attempts,
-                steps=self._steps, tokens_generated=self._tokens_generated,
-                requests_submitted=self._submitted, requests_finished=sum(self._finished_by_reason.values()),
-                finished_by_reason=dict(self._finished_by_reason))
-
-    def sizes(self) -> dict[str, int]:
-        """Every per-request collection the engine keeps: all must stay bounded on a long-running server."""
-        with self._state_lock:
-            with self._inbox_lock:
-                return {"engine_live": len(self._live), "engine_inbox": len(self._inbox),
-                        "scheduler_waiting": len(self.scheduler.waiting),
-                        "scheduler_running": len(self.scheduler.running),
-                        "ledger_entries": len(self.blocks.ledger.entries),
-                        "ledger_forgotten": self.blocks.ledger.forgotten,
-                        "block_tables": len(self.blocks.holders())}
-
-    def is_waiting(self, request_id: str) -> bool:
-        """Submitted and not yet admitted (holds no blocks yet)."""
-        with self._inbox_lock:
-            seq = self._live.get(request_id)
-            return seq is not None and seq.status is SequenceStatus.WAITING
-
-    def queue_snapshot(self) -> QueueSnapshot:
-        """The queue as the deadline gate sees it (streamlab.deadline)."""
-        with self._state_lock:
-            with self._inbox_lock:
-                pending = [w.seq for w in self._inbox if w.kind == "submit"]
-            sched = self.scheduler
-            chunked = self.config.step_token_budget > 0
-            return QueueSnapshot(
-                self.config.max_batch, self.config.step_token_budget, self.config.prefill_chunk_tokens,
-                [len(s.prompt_ids) - s.prefilled if chunked else 0 for s in sched.running],
-                [s.params.max_new_tokens - len(s.output_ids) for s in sched.running],
-                [len(s.prompt_ids) for s in [*sched.waiting, *pending]],
-                [s.params.max_new_tokens for s in [*sched.waiting, *pending]])
-
-    def check_invariants(self) -> list[str]:
-        """Broken invariants of the block pool and the scheduler; empty when healthy."""
-        with self._state_lock:
-            problems = self.blocks.check_invariants()
-            sched = self.scheduler
-            for seq in sched.running:
-                if not self.blocks.holds(seq.seq_id):
-                    problems.append(f"running sequence {seq.request_id!r} holds no blocks")
-                elif len(seq.block_table) != sched.blocks_needed(seq):
-                    problems.append(f"sequence {seq.request_id!r} holds {len(seq.block_table)} blocks, "
-                                    f"needs {sched.blocks_needed(seq)}")
-            for seq in sched.waiting:
-                if self.blocks.holds(seq.seq_id):
-                    problems.append(f"waiting sequence {seq.request_id!r} holds blocks")
-            if len(sched.running) > self.config.max_batch:
-                problems.append(f"{len(sched.running)} running, over max_batch {self.config.max_batch}")
-            live_ids = {s.seq_id for s in sched.running}
-            held_ids = self.blocks.holders()
-            if held_ids != live_ids:
-                problems.append(f"blocks held by sequences not running: {sorted(held_ids - live_ids)[:8]}")
-            return problems
-
-    def check_released(self) -> list[str]:
-        """When idle: every sequence that was admitted was released exactly once."""
-        return self.blocks.ledger.problems()

@@ -10,7 +10,7 @@ import torch
 from streamlab.engine.cache import KVCache
 from streamlab.engine.scheduler import PromptChunk
 from streamlab.engine.sequence import Sequence
-from streamlab.model import AttentionGroup, ChunkInput, DecodeBatch, TableAttention
+from streamlab.engine.model import AttentionGroup, ChunkInput, DecodeBatch, TableAttention
 
 
 def chunk_input(cache: KVCache, c: PromptChunk) -> ChunkInput:

@@ -61,3 +61,11 @@ class Sequence:
     @property
     def prefill_done(self) -> bool:
         return self.prefilled >= len(self.prompt_ids)
+
+
+@dataclass(frozen=True)
+class Wish:
+    """What another thread asked of a request, kept in the engine's inbox until the next step."""
+    kind: str  # "submit" | "cancel" | "pause" | "resume" | "stop"
+    request_id: str
+    seq: Sequence | None = None

@@ -1,0 +1,89 @@
+"""The checks on a target, read from outside (harness.targets.watch records what they read): its
+health, its load gauges for leaks and release times, its capacity before and after the run.
+Registered by name (harness.judge.registry.implements) beside our own server's checks."""
+
+from __future__ import annotations
+
+from harness.record.verdict import CheckResult
+from harness.record.trace import Trace
+from harness.format.scenario import Scenario
+from harness.judge.registry import implements
+from harness.judge.bounds import CAPACITY
+
+
+
+
+@implements("healthy", outside=True)
+def target_healthy(scenario: Scenario | None, trace: Trace, solo: dict | None = None) -> CheckResult:
+    """Outside our books: the target still answers its health route after the run."""
+    health = trace.target["health_after"]
+    return CheckResult("healthy", bool(health), f"health route after the run: {'ok' if health else 'failing'}",
+                       "the target stays healthy", [] if health else ["the target is not healthy after the run"])
+
+
+@implements("leak_free", outside=True)
+def leak_free_by_gauges(scenario: Scenario | None, trace: Trace, solo: dict | None = None) -> CheckResult:
+    """The target's own gauges read idle after the run drained: nothing running, waiting or cached."""
+    final = trace.target["final"]
+    if final is None:
+        return CheckResult("leak_free", False, "gauges unreadable after the run", "running, waiting, cache 0",
+                           [trace.target.get("settle_note") or "no reading"])
+    shown = {k: v for k, v in final.items() if v is not None}
+    held = {k: v for k, v in shown.items() if v != 0}
+    return CheckResult("leak_free", not held, ", ".join(f"{k} {v:g}" for k, v in shown.items()),
+                       "every gauge the profile maps reads 0 after the run drains",
+                       [f"{k} still {v:g}" for k, v in held.items()])
+
+
+@implements("release_within", outside=True)
+def release_by_gauges(scenario: Scenario | None, trace: Trace, solo: dict | None = None) -> CheckResult:
+    """After each early close, the first poll at which the target's running + waiting is no more
+    than the streams its clients still hold open: that close's release time, to one poll."""
+    bound = scenario.expect.release_within
+    poll = trace.target["poll_s"]
+    samples = [(t, (r or 0) + (w or 0)) for t, r, w, _ in trace.target["samples"] if r is not None]
+    streams = [s for s in trace.streams if s.sent_at is not None and s.status in (None, 200)]
+
+    def open_at(t: float) -> int:
+        return sum(1 for s in streams if s.sent_at <= t and (s.closed_at or s.ended_at or float("inf")) > t)
+
+    delays, problems = [], []
+    for s in trace.streams:
+        if not s.left_early:
+            continue
+        when = next((t for t, active in samples if t >= s.closed_at and active <= open_at(t)), None)
+        if when is None:
+            problems.append(f"{s.group}#{s.index}: still counted running when the polls ended")
+            continue
+        delays.append(when - s.closed_at)
+        if when - s.closed_at > bound.seconds + poll:
+            problems.append(f"{s.group}#{s.index}: released {(when - s.closed_at) * 1e3:.0f}ms after its close")
+    figure = (f"{len(delays)} early closes timed by polling 'running' every {poll * 1e3:.0f}ms; max "
+              f"{max(delays, default=0.0) * 1e3:.0f}ms after the client's close (steps not observable)")
+    if not any(s.left_early for s in trace.streams):
+        problems.append("no stream left early")
+    return CheckResult("release_within", not problems, figure,
+                       f"<= {bound.seconds * 1e3:g}ms + one poll ({poll * 1e3:.0f}ms)", problems)
+
+
+@implements("capacity_restored")
+def capacity_restored(scenario: Scenario | None, trace: Trace, solo: dict | None = None) -> CheckResult:
+    """Any target: N short requests at once before the run and after it drained; a server that
+    leaked slots or cache serves the second probe slower, or not at all."""
+    before, after = trace.target["probe_before"], trace.target["probe_after"]
+    problems = []
+    if after["completed"] < after["clients"]:
+        problems.append(f"after the run only {after['completed']}/{after['clients']} probe requests completed")
+    b, a = before["ttft_p50_s"], after["ttft_p50_s"]
+    if b is None or a is None:
+        problems.append("a probe had no first tokens to time")
+    elif a > CAPACITY.limit(b):
+        problems.append(f"probe TTFT p50 {a * 1e3:.0f}ms after, {b * 1e3:.0f}ms before")
+    figure = (f"{after['clients']} probe requests: TTFT p50 before {_ms(b)}, after {_ms(a)}; "
+              f"completed {before['completed']}/{before['clients']} before, {after['completed']}/{after['clients']} after")
+    return CheckResult("capacity_restored", not problems, figure,
+                       f"all complete, after <= {CAPACITY} before", problems)
+
+
+def _ms(value: float | None) -> str:
+    return "none" if value is None else f"{value * 1e3:.0f}ms"

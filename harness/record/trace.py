@@ -1,0 +1,270 @@
+"""The data of a run, in one place: each client's record, the server's books, the trace that
+holds both, and the figures read from them (percentiles, outcomes, goodput). Judges nothing
+(harness/judge/checks.py, harness/judge/timing.py) and renders nothing (harness/judge/report.py)."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field, fields, replace
+from typing import Any, Protocol, TypedDict
+
+# A stream that ended as asked: its length, the model's end of text, or a stop string.
+NORMAL_FINISHES = ("length", "eos", "stop")
+
+
+@dataclass
+class StreamRecord:
+    group: str
+    index: int
+    behaviour: str
+    prompt: str
+    request: dict
+    sent_at: float | None = None
+    head_at: float | None = None
+    status: int | None = None
+    request_id: str | None = None
+    error_type: str | None = None  # for a refusal: the error envelope's type
+    start_at: float | None = None
+    prompt_tokens: int | None = None
+    token_times: list[float] = field(default_factory=list)
+    token_ids: list[int] = field(default_factory=list)
+    text: str = ""
+    finish: str | None = None  # done's finish_reason, an error event's type, or None if the client left first
+    ended_at: float | None = None  # the last event (done or error) arrived
+    closed_at: float | None = None  # the client closed early
+    close_how: str | None = None
+    bytes_read: int = 0
+    failure: str | None = None  # the client itself could not do what it meant to (a timeout, a reset)
+    event_ids: list[str] = field(default_factory=list)  # every SSE id read, over every connection
+    cuts: list[float] = field(default_factory=list)  # a reconnector: when each connection ended early
+    resumes: list[int] = field(default_factory=list)  # a reconnector: each reconnect's status (0: no connection)
+
+    @property
+    def stopped_at(self) -> float | None:
+        """When the stream stopped for its client: its last event, its close, or its last token."""
+        return self.ended_at or self.closed_at or (self.token_times[-1] if self.token_times else None)
+
+    @property
+    def left_early(self) -> bool:
+        return self.closed_at is not None and self.finish is None
+
+    @property
+    def outcome(self) -> str:
+        if self.status is not None and self.status != 200:
+            return "refused"
+        if self.finish is not None:
+            return self.finish
+        return "client_left" if self.closed_at is not None else "incomplete"
+
+    @property
+    def finished_normally(self) -> bool:
+        return self.outcome in NORMAL_FINISHES
+
+
+class Step(TypedDict, total=False):
+    """One step of the server's step log (streamlab.hub.streams.StepRecord, as /debug/steps gives it;
+    `began` on the harness clock once collected). A target's log, if any, may lack the CPU fields."""
+    began: float
+    seconds: float
+    prefilled: int
+    decoded: int
+    prompt_tokens: int
+    events: int
+    decode_context: int
+    cpu_s: float
+    bytes_out: int
+    cpu_waited_s: float
+    cpu_waited_end_s: float
+
+
+class Release(TypedDict):
+    """One request's end (streamlab.hub.streams.ReleaseRecord, as /debug/releases gives it), times on
+    the harness clock."""
+    request_id: str
+    reason: str
+    completion_tokens: int
+    release_step: int
+    released_at: float
+    closed_at: float | None
+    closed_after_step: int | None
+
+
+class Probe(TypedDict):
+    """A target's capacity probe: N short greedy requests at once (harness.targets.watch)."""
+    label: str
+    clients: int
+    completed: int
+    ttft_p50_s: float | None
+
+
+class TargetObservation(TypedDict):
+    """What a target run observed from outside (harness.targets.watch.TargetWatch.finish)."""
+    name: str
+    profile: str
+    api: str
+    native_books: bool
+    gauges: dict | None  # the profile's Gauges, dumped
+    token_ids: bool
+    refusals: dict[str, list]
+    poll_s: float
+    poll_errors: int
+    samples: list[tuple[float, float | None, float | None, float | None]]  # (clock, running, waiting, cache_in_use)
+    final: dict | None  # the last GaugeReading
+    health_after: bool | None
+    probe_before: Probe | None
+    probe_after: Probe
+    settle_note: str | None
+
+
+ServerStats = dict[str, Any]  # /stats after the run drained: the engine's and hub's counters, as the server names them
+
+
+@dataclass(kw_only=True)
+class ServerBooks:
+    """What the server's side recorded, after the run drained: a backend's collect() returns it."""
+    server: ServerStats  # /stats after the run drained
+    releases: list[Release]  # one per request the engine ended, times on the harness clock
+    invariants: list[str]
+    ledger_problems: list[str]
+    steps: list[Step] = field(default_factory=list)  # the step loop's log
+    failure: str | None = None  # the step loop's traceback, if it broke
+    notes: list[str] = field(default_factory=list)
+    step_timing: dict = field(default_factory=dict)  # simulation: real step time against the profile
+    target: TargetObservation | None = None  # a target run: what was observed from outside
+
+
+class RunScenario(Protocol):
+    """The scenario a run ran, as the run resolved it (harness.format.scenario.Scenario): kept on
+    the trace as the object, written as its JSON only when the trace is."""
+    name: str
+
+    def model_dump(self, *, mode: str) -> dict: ...
+
+    def slos(self) -> dict[str, Any]: ...
+
+
+@dataclass(kw_only=True)
+class Trace(ServerBooks):
+    """One run: the server's books, every client's record, and what the run was."""
+    scenario: str
+    mode: str
+    seed: int
+    spec: RunScenario | None  # None: a trace made by hand (tests)
+    streams: list[StreamRecord]
+    wall_s: float = 0.0
+    duration_s: float = 0.0  # on the harness clock (virtual in simulation)
+    references: dict = field(default_factory=dict)  # stream index -> its request run alone through the target
+    # A sharded run's workers (harness.live.shards): each one's node, clients, clock offset to the
+    # coordinator and that offset's bound (half its measuring round trip), loop lag.
+    workers: list = field(default_factory=list)
+
+    @classmethod
+    def of(cls, books: ServerBooks, **run) -> "Trace":
+        return cls(**{f.name: getattr(books, f.name) for f in fields(ServerBooks)}, **run)
+
+    @property
+    def config(self) -> dict:
+        """The scenario as it ran, as JSON data (what a written trace carries)."""
+        return self.spec.model_dump(mode="json") if self.spec is not None else {}
+
+    def to_json(self) -> str:
+        data = asdict(replace(self, spec=None))
+        data.pop("spec")
+        data["config"] = self.config
+        # The only fields that are not a function of the scenario and seed in simulation.
+        data.pop("wall_s")
+        data.pop("step_timing")
+        if self.mode == "sim":
+            for step in data["steps"]:
+                for key in ("cpu_s", "cpu_waited_s", "cpu_waited_end_s"):  # the machine's, not the scenario's
+                    step.pop(key, None)
+        return json.dumps(data, indent=1, sort_keys=True, default=str)
+
+    def group(self, name: str) -> list[StreamRecord]:
+        return [s for s in self.streams if s.group == name]
+
+    def release_by_request(self) -> dict[str, list[Release]]:
+        out: dict[str, list[Release]] = {}
+        for r in self.releases:
+            out.setdefault(r["request_id"], []).append(r)
+        return out
+
+
+LEFT_BEHIND = ("blocks_reserved", "waiting", "running", "paused", "streams_registered")
+
+
+def holds_nothing(trace: Trace) -> bool:
+    """After the run drained: every block free, nothing waiting, running, paused or registered,
+    no broken invariant."""
+    s = trace.server
+    return s["blocks_free"] == s["blocks_total"] and all(s[k] == 0 for k in LEFT_BEHIND) and not trace.invariants
+
+
+def percentile(values: list[float], p: float) -> float | None:
+    """Nearest-rank percentile; None for no values."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    rank = max(1, math.ceil(p / 100 * len(ordered)))
+    return ordered[min(rank, len(ordered)) - 1]
+
+
+def interquartile_mean(values: list[float]) -> float | None:
+    """The mean of the middle half of the values (each value a unit of mass, the quarters at
+    either end cut off, fractions of a value included); None for no values. A group's first
+    tokens come in waves, one per prefill step: over 7 streams the nearest-rank p50 is the 4th
+    value and jumps a whole wave when one stream lands in the wave before (16.7 against 23.2 ms,
+    live, the same server), while this moves by a seventh of it and still ignores a stall in
+    the outer quarters."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    n = len(ordered)
+    low, high = n / 4, 3 * n / 4
+    total = sum(max(0.0, min(i + 1, high) - max(i, low)) * v for i, v in enumerate(ordered))
+    return total / (high - low)
+
+
+def metric_values(streams: list[StreamRecord], metric: str) -> list[float]:
+    if metric == "ttft_s":
+        return [s.token_times[0] - s.sent_at for s in streams if s.token_times and s.sent_at is not None]
+    if metric == "gap_s":
+        return [b - a for s in streams for a, b in zip(s.token_times, s.token_times[1:])]
+    if metric == "completion_s":
+        return [s.ended_at - s.sent_at for s in streams if s.ended_at is not None and s.sent_at is not None]
+    raise ValueError(f"unknown metric {metric}")
+
+
+def meets_slo(s: StreamRecord, slo) -> bool:
+    """Finished normally, first token within slo.ttft_ms, later tokens within slo.tpot_ms each on average."""
+    if slo.relative:  # a multiple of a lone request's times: only a run's probe makes it milliseconds
+        raise ValueError("an SLO relative to a lone request is judged as the run resolved it (Trace.spec.slos())")
+    if not s.finished_normally or not s.token_times or s.sent_at is None or s.ended_at is None:
+        return False
+    ttft = s.token_times[0] - s.sent_at
+    if slo.ttft_ms is not None and ttft * 1e3 > slo.ttft_ms:
+        return False
+    if slo.tpot_ms is not None and len(s.token_times) > 1:
+        tpot = (s.token_times[-1] - s.token_times[0]) / (len(s.token_times) - 1)
+        if tpot * 1e3 > slo.tpot_ms:
+            return False
+    return True
+
+
+def goodput(streams: list[StreamRecord], slo) -> dict:
+    """Requests that met the SLO: their count, their share of all requests, and per second of
+    the group's span (first request sent to last request ended)."""
+    sent = [s.sent_at for s in streams if s.sent_at is not None]
+    ends = [t for s in streams for t in (s.ended_at, s.closed_at, s.head_at) if t is not None]
+    span = (max(ends) - min(sent)) if sent and ends else 0.0
+    good = sum(meets_slo(s, slo) for s in streams)
+    return {"good": good, "requests": len(streams), "fraction": good / len(streams) if streams else 0.0,
+            "span_s": span, "per_s": good / span if span > 0 else 0.0}
+
+
+def outcomes(streams: list[StreamRecord]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for s in streams:
+        counts[s.outcome] = counts.get(s.outcome, 0) + 1
+    return dict(sorted(counts.items()))
