@@ -12,6 +12,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from harness.compare import command as compare_command
 from harness.format.scenario import SCENARIOS_DIR
 from harness.format.load import json_schema
 from harness.format.target import TARGETS
@@ -23,7 +24,8 @@ LAB_DEFECTS = ("",) + tuple(DEFECTS)  # --lab-defect's choices ("": none)
 
 def build_parser() -> argparse.ArgumentParser:
     scenario = argparse.ArgumentParser(prog="streamlab scenario",
-                                       description="scenario files: run, run the suite, schema, baseline, calibrate")
+                                       description="scenario files: run, run the suite, compare two servers, schema, "
+                                                   "baseline, calibrate")
     scen_sub = scenario.add_subparsers(dest="scenario_command", required=True)
     run = scen_sub.add_parser("run", help="run one scenario file and print a table per group")
     run.add_argument("file", type=Path)
@@ -76,6 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
                             "swarm finds it")
     swarm.add_argument("--target", default=None, help="run drawn scenarios live against this target (a name or a "
                                                       "loopback URL), judged by what its profile can observe")
+    compare_command.add_parser(scen_sub)
     scen_sub.add_parser("schema", help=f"write the JSON Schema of the format to {SCHEMA_PATH}")
     scen_sub.add_parser("targets-report", help="run the peer scenarios against every target that runs here "
                                                "and write docs/TARGETS.md")
@@ -108,6 +111,8 @@ def main(argv: list[str] | None = None) -> int:
         save_baselines(data)
         console.print(f"wrote {BASELINES}: {sum(len(m) for m in fresh.values())} scenario runs from {RESULTS}")
         return 0
+    if args.scenario_command == "compare":
+        return compare_command.run(console, args)
     if args.scenario_command == "swarm":
         from harness.swarm.report import run_swarm
         return run_swarm(console, args)

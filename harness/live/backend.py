@@ -178,8 +178,9 @@ class LiveBackend:
     again when it has died or stopped answering its health route, so a crash one scenario causes
     is that scenario's finding and not the next one's."""
 
-    def __init__(self, target: Target | None = None) -> None:
+    def __init__(self, target: Target | None = None, source: Path | None = None) -> None:
         self.target = target or TARGETS["streamlab"]
+        self.source = source  # our server's code from this folder, started as its own process (ServerProcess)
         # Real seconds after the last planned arrival that clients may still run (harness.clients.client.launch);
         # None: only RUN_DEADLINE_S over the whole run.
         self.run_deadline_s: float | None = None
@@ -242,7 +243,8 @@ class LiveBackend:
     def _endpoint(self, scenario: Scenario):
         t = self.target
         if t.own_server:
-            return ServerProcess(scenario.server.serve_args() + ["--log-level", "warning"]), scenario.server.model
+            return (ServerProcess(scenario.server.serve_args() + ["--log-level", "warning"], source=self.source),
+                    scenario.server.model)
         if t.url is not None:
             return RunningServer(t.port, t.health), t.model
         return target_process(t, t.serves or scenario.server.model, scenario.server.max_batch, EXPORTS)

@@ -52,10 +52,15 @@ class ServerProcess:
     health_path = "/healthz"
     start_deadline_s = START_DEADLINE_S
 
-    def __init__(self, serve_args: list[str], log_dir: Path | None = None) -> None:
+    def __init__(self, serve_args: list[str], log_dir: Path | None = None, source: Path | None = None) -> None:
         self.port = free_port()
         self.args = self.command(serve_args)
         self.env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        # source: our server's code from another checkout (a compared git revision), run as its own
+        # process with that folder first on its path; never forked from this process's imports.
+        self.source = source
+        if source is not None:
+            self.env["PYTHONPATH"] = os.pathsep.join([str(source), *filter(None, [os.environ.get("PYTHONPATH")])])
         self.env["OMP_NUM_THREADS"] = str(server_threads())  # a core left for its event loop and the load
         self.log_path = Path(log_dir or tempfile.mkdtemp(prefix="streamlab-serve-")) / f"serve-{self.port}.log"
         self.proc: subprocess.Popen | None = None  # or a harness.live.zygote.ForkedServer, driven alike
@@ -69,7 +74,8 @@ class ServerProcess:
     def forked(self) -> bool:
         """Our own server is forked from an imported one (harness.live.zygote: 0.6 s a start, not 3 s)
         unless STREAMLAB_FORK_SERVERS=0; another server's command runs as it is."""
-        return type(self).command is ServerProcess.command and os.environ.get("STREAMLAB_FORK_SERVERS") != "0"
+        return (type(self).command is ServerProcess.command and self.source is None
+                and os.environ.get("STREAMLAB_FORK_SERVERS") != "0")
 
     async def start(self) -> "ServerProcess":
         self.log_path.parent.mkdir(parents=True, exist_ok=True)

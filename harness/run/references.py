@@ -79,6 +79,17 @@ class References:
             out[i] = cached[0]
         return out
 
+    def identity(self, scenario: Scenario, trace: Trace, planned: list[PlannedClient]) -> dict:
+        """What identity compares `trace`'s streams with: a target's own solo runs where it made
+        them, ours on a fresh engine, or nothing (identity then reports itself not observable)."""
+        if not scenario.expect.identity:
+            return {}
+        if trace.references:  # a target's own: each request run alone through it
+            return trace.references
+        if engine_missing():
+            return {}
+        return self.solo(scenario, planned, trace.streams)
+
     @staticmethod
     def _run(scenario: Scenario, backend: Backend) -> Trace:
         return run_trace(scenario, backend)[0]
@@ -91,14 +102,7 @@ class References:
         target's own where it ran them), this session's simulation for a live run, the latency
         bounds' baseline scenarios (this session's traces) and the simulation at the run's pace."""
         self.traces[(scenario.name, mode)] = trace
-        if not scenario.expect.identity:
-            solo = {}
-        elif trace.references:  # a target's own: each request run alone through it
-            solo = trace.references
-        elif engine_missing():  # nothing to compare with: identity reports itself not observable
-            solo = {}
-        else:
-            solo = self.solo(scenario, planned, trace.streams)
+        solo = self.identity(scenario, trace, planned)
 
         def of_session(s: Scenario, m: str) -> Trace:  # `s` as this session runs it
             return self.session_trace(s, m, session.backends[m])
