@@ -46,7 +46,7 @@ class ScenarioGate:
 
 @dataclass
 class Settings:
-    rounds: int = 10
+    rounds: int = 16
     alpha: float = 0.01
     threshold: float = 0.10
     order: str = "abba"  # or "shuffle"

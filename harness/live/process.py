@@ -57,7 +57,7 @@ class ServerProcess:
         self.args = self.command(serve_args)
         self.env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         # source: our server's code from another checkout (a compared git revision), run as its own
-        # process with that folder first on its path; never forked from this process's imports.
+        # process from that folder, first on its path; never forked from this process's imports.
         self.source = source
         if source is not None:
             self.env["PYTHONPATH"] = os.pathsep.join([str(source), *filter(None, [os.environ.get("PYTHONPATH")])])
@@ -84,7 +84,9 @@ class ServerProcess:
             self.proc = await asyncio.to_thread(start_server, self.args[3:], self.env, str(self.log_path))
         else:
             self._log = open(self.log_path, "w")
-            self.proc = subprocess.Popen(self.args, stdout=self._log, stderr=subprocess.STDOUT, env=self.env)
+            # From its source folder, where one is given: `python -m` puts the working folder first on the path.
+            self.proc = subprocess.Popen(self.args, stdout=self._log, stderr=subprocess.STDOUT, env=self.env,
+                                         cwd=self.source)
         deadline = time.monotonic() + self.start_deadline_s
         try:
             while time.monotonic() < deadline:
