@@ -42,8 +42,9 @@ def fixed_length_prompts(loaded: LoadedModel, count: int, length: int) -> list[l
 
 def paged_step_ms(loaded: LoadedModel, prompts: list[list[int]], steps: int, warmup: int,
                   decode_attention: str = EngineConfig().decode_attention, clock=time.perf_counter,
-                  fault: FaultPlan | None = None) -> list[float]:
-    """Our engine's pure decode steps of len(prompts) sequences, timed by `clock` (wall by default)."""
+                  fault: FaultPlan | None = None, walls: list[float] | None = None) -> list[float]:
+    """Our engine's pure decode steps of len(prompts) sequences, timed by `clock` (wall by default);
+    with `walls`, each kept step's wall time over its `clock` time appended to it (the same steps)."""
     batch = len(prompts)
     new_tokens = steps + warmup + 1
     cache = CacheConfig(num_blocks=batch * CacheConfig().blocks_for(len(prompts[0]) + new_tokens))
@@ -56,13 +57,17 @@ def paged_step_ms(loaded: LoadedModel, prompts: list[list[int]], steps: int, war
         engine.step()
         if not engine.stats().waiting:
             break
-    times = []
+    times, wall_ratios = [], []
     for _ in range(warmup + steps):
-        t0 = clock()
+        t0, w0 = clock(), time.perf_counter()
         out = engine.step()
-        times.append((clock() - t0) * 1e3)
+        t1, w1 = clock(), time.perf_counter()
+        times.append((t1 - t0) * 1e3)
+        wall_ratios.append((w1 - w0) / (t1 - t0) if t1 > t0 else 1.0)
         if out.decoded != batch or out.prefilled:
             raise RuntimeError(f"expected a pure decode step of {batch}, got {out}")
+    if walls is not None:
+        walls.extend(wall_ratios[warmup:])
     return times[warmup:]
 
 
@@ -73,7 +78,13 @@ SPEED_STEPS, SPEED_WARMUP, SPEED_PROMPT_TOKENS = 12, 2, 32  # a burst: 12 decode
 def engine_speed(loaded: LoadedModel, decode_attention: str, fault: FaultPlan | None = None,
                  repeats: int = 7) -> dict:
     """Our engine's decode step alone, now, in this thread's CPU time, paired with the yardstick's:
-    {"decode_s": {batch: s}, "yardstick_s": {batch: s}, "engine_over_yardstick": {batch: ratio}}.
+    {"decode_s": {batch: s}, "yardstick_s": {batch: s}, "engine_over_yardstick": {batch: ratio},
+    "engine_wall_over_cpu": {batch: ratio}}.
+
+    CPU time cannot see a step that waits (a sleep, a lock, a blocking call, a device sync): the
+    same steps' wall time over their CPU time can. Per burst its median over the steps, and of the
+    bursts the lowest: a moment the machine gave the thread no CPU only adds wall time, and a
+    step that waits by design waits in every burst.
 
     Each of `repeats` bursts of our engine (a fresh one, with the lab's fault plan a server runs
     with: its slowdown) is followed at once by a burst of the yardstick at the same shape:
@@ -86,19 +97,23 @@ def engine_speed(loaded: LoadedModel, decode_attention: str, fault: FaultPlan | 
     yardstick = loaded.hf_model()
     engine: dict[int, list[float]] = {b: [] for b in SPEED_BATCHES}
     yard: dict[int, list[float]] = {b: [] for b in SPEED_BATCHES}
+    waits: dict[int, list[float]] = {b: [] for b in SPEED_BATCHES}
     with quiet_collector():  # as harness/machine/speed.py times the yardstick alone
         paged_step_ms(loaded, prompts[:1], 4, 2, decode_attention, time.thread_time, fault)  # warm-ups, not kept
         contiguous_step_ms(yardstick, prompts[:1], 4, 2, clock=time.thread_time)
         for _ in range(repeats):  # the shapes interleaved too, so a transient hits both
             for b in SPEED_BATCHES:
+                walls: list[float] = []
                 engine[b].append(statistics.median(paged_step_ms(loaded, prompts[:b], SPEED_STEPS, SPEED_WARMUP, decode_attention,
-                                                                 time.thread_time, fault)))
+                                                                 time.thread_time, fault, walls)))
+                waits[b].append(statistics.median(walls))
                 yard[b].append(statistics.median(contiguous_step_ms(yardstick, prompts[:b], SPEED_STEPS, SPEED_WARMUP,
                                                                     clock=time.thread_time)))
     return {"decode_s": {str(b): statistics.median(v) / 1e3 for b, v in engine.items()},
             "yardstick_s": {str(b): statistics.median(v) / 1e3 for b, v in yard.items()},
             "engine_over_yardstick": {str(b): statistics.median(e / y for e, y in zip(engine[b], yard[b]))
-                                      for b in SPEED_BATCHES}}
+                                      for b in SPEED_BATCHES},
+            "engine_wall_over_cpu": {str(b): min(v) for b, v in waits.items()}}
 
 
 @contextmanager

@@ -1,13 +1,15 @@
 """harness/machine/drift.py: the engine's speed against the yardstick, read after a run in both
 modes. An unchanged engine passes on a slower or a faster machine; an engine 1.5x slower by
-computing (a lab slowdown, or busy work written into its step) fails, simulated and live; a
+computing (a lab slowdown, or busy work written into its step) or by waiting (a sleep written into
+its step: its steps' wall time over their CPU time) fails, simulated and live; a
 passing reading is reused by the same engine and a failing one never.
 """
 
 from __future__ import annotations
 
 import copy
-import time
+
+import pytest
 
 
 from harness.run import once, runner
@@ -79,21 +81,12 @@ def test_the_yardstick_runs_none_of_our_engines_code(monkeypatch):
     assert 0.5 < after / before < 2.0
 
 
-def test_a_slowdown_written_into_the_engines_step_fails_drift_in_simulation(monkeypatch):
-    original = BatchEngine.step
-
-    def slower(self, on_prefill=None):  # the same step, and half its time again of busy work
-        t0 = time.perf_counter()
-        out = original(self, on_prefill)
-        until = time.perf_counter() + 0.5 * (time.perf_counter() - t0)
-        while time.perf_counter() < until:
-            pass
-        return out
-
+@pytest.mark.parametrize("kind", ["computing", "waiting"])
+def test_a_slowdown_written_into_the_engines_step_fails_drift_in_simulation(monkeypatch, kind):
     drift = next(c for c in runner.run_scenario(load_by_name("overlap_8"), "sim", ctx()).checks
                  if c.name == "profile_drift")
     assert drift.passed, drift.line()
-    monkeypatch.setattr(BatchEngine, "step", slower)
+    monkeypatch.setattr(BatchEngine, "step", slower_step(kind))
     outcome = runner.run_scenario(load_by_name("overlap_8"), "sim", ctx())
     drift = next(c for c in outcome.checks if c.name == "profile_drift")
     assert not drift.passed and not outcome.ok, drift.line()
@@ -138,19 +131,31 @@ def test_the_lab_step_slowdown_fails_drift_in_simulation():
 
 # ---- live: the same slowdowns fail the live drift check ----
 
+# The same step, and half its time again: of busy work (computing, as CPU time sees it), or asleep
+# (waiting: a lock, a blocking call or a device sync look the same; only wall time sees it).
+# Written into a real server process through sitecustomize, and into this one by slower_step.
 SLOWER_STEP = """
 import time
 from streamlab.engine.engine import BatchEngine
 _original = BatchEngine.step
-def step(self, on_prefill=None):  # the same step, and half its time again of busy work
+def step(self, on_prefill=None):
     t0 = time.perf_counter()
     out = _original(self, on_prefill)
-    until = time.perf_counter() + 0.5 * (time.perf_counter() - t0)
-    while time.perf_counter() < until:
-        pass
+    extra = 0.5 * (time.perf_counter() - t0)
+    if KIND == "waiting":
+        time.sleep(extra)
+    else:
+        until = time.perf_counter() + extra
+        while time.perf_counter() < until:
+            pass
     return out
-BatchEngine.step = step
 """
+
+
+def slower_step(kind: str):
+    space = {"KIND": kind}
+    exec(SLOWER_STEP, space)
+    return space["step"]
 
 
 def _live_drift(c: runner.RunContext, name: str = "overlap_8"):
@@ -164,9 +169,11 @@ def test_the_engine_unchanged_passes_live_drift_and_the_lab_slowdown_fails_it():
     assert slower.passed is False, slower.line()
 
 
-def test_a_slowdown_written_into_the_engines_step_fails_live_drift(tmp_path, monkeypatch):
+@pytest.mark.parametrize("kind", ["computing", "waiting"])
+def test_a_slowdown_written_into_the_engines_step_fails_live_drift(tmp_path, monkeypatch, kind):
     import sys
-    (tmp_path / "sitecustomize.py").write_text(SLOWER_STEP)  # the real server process, its step made slower
+    # the real server process, its step made slower
+    (tmp_path / "sitecustomize.py").write_text(f"KIND = {kind!r}\n{SLOWER_STEP}\nBatchEngine.step = step\n")
     monkeypatch.setenv("PYTHONPATH", f"{tmp_path}:{sys.path[0]}")
     drift = _live_drift(ctx())
     assert drift.passed is False, drift.line()

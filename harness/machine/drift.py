@@ -56,7 +56,7 @@ class EngineReadings:
         if kept is not None and time.monotonic() - kept[0] < self.KEEP_S:
             return {**kept[1], "reused_after_s": round(time.monotonic() - kept[0], 1)}
         best = measure_engine(engine_speed, profile, self.bound)
-        if key is not None and best["engine_over_yardstick"] is not None and best["engine_over_yardstick"] <= self.bound:
+        if key is not None and best["engine_slowdown"] is not None and best["engine_slowdown"] <= self.bound:
             self._kept[key] = (time.monotonic(), best)
         return best
 
@@ -72,10 +72,10 @@ def measure_engine(engine_speed, profile: "StepCostProfile", bound: float) -> di
     for i in range(READINGS):
         t = step_timing(engine_speed(), profile)
         t["readings"] = i + 1
-        if best is None or (t["engine_over_yardstick"] or math.inf) < (best["engine_over_yardstick"] or math.inf):
+        if best is None or (t["engine_slowdown"] or math.inf) < (best["engine_slowdown"] or math.inf):
             best = {**t}
         best["readings"] = i + 1
-        if best["engine_over_yardstick"] is None or (i + 1 >= AT_LEAST and best["engine_over_yardstick"] <= bound):
+        if best["engine_slowdown"] is None or (i + 1 >= AT_LEAST and best["engine_slowdown"] <= bound):
             break
     return best
 
@@ -97,7 +97,11 @@ def step_timing(speed: dict, profile: "StepCostProfile") -> dict:
         judged = _geomean(speed["engine_over_yardstick"][b] / pairs[b] for b in batches if pairs.get(b))
     else:  # a profile from before its pairs were stored: its engine term over its yardstick time
         judged = _geomean(speed["engine_over_yardstick"][b] / (profile.decode_cost(int(b)) / then[b]) for b in batches)
+    waits = _geomean((speed.get("engine_wall_over_cpu") or {}).get(b) for b in batches)
     return {"engine_over_yardstick": judged,
+            # the same steps' wall time over their CPU time: a step that waits (streamlab.bench_step.engine_speed)
+            "engine_waits": waits,
+            "engine_slowdown": judged * waits if judged is not None and waits is not None else judged,
             "engine_over_profile": _geomean(speed["decode_s"][b] / profile.decode_cost(int(b)) for b in batches),
             "speed_factor": _geomean(speed["yardstick_s"][b] / then[b] for b in batches),
             "engine_decode_s": speed["decode_s"], "yardstick_s": speed["yardstick_s"],
