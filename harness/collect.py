@@ -29,6 +29,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--target-model", default=None, help="with --target URL: the model name (default: /v1/models)")
     group.addoption("--target-profile", default=None, help="what the target lets us observe: vllm, tgi, sglang, "
                     "llamacpp, llamacpp-slots, transformers-serve, generic (default for a URL)")
+    group.addoption("--compare-baseline", default=None, metavar="SIDE",
+                    help="every live item becomes a comparison (streamlab scenario compare): this side against "
+                         "--compare-candidate in interleaved rounds; fails on a regression or outcomes that differ")
+    group.addoption("--compare-candidate", default="here", metavar="SIDE", help="with --compare-baseline (default: here)")
+    group.addoption("--compare-rounds", type=int, default=16, help="with --compare-baseline: rounds per item (default 16)")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -97,6 +102,8 @@ class ScenarioItem(pytest.Item):
         reason = refused_here(self.scenario, self.mode, ctx)
         if reason:
             pytest.skip(reason)
+        if self.mode == "live" and self.config.getoption("--compare-baseline"):
+            return self._compare(ctx)
         model = fitted_model(self.scenario, ctx) if self.mode == "live" else None
         if model is not None and model not in getattr(ctx.backends.get("sim@machine"), "profiles", {}):
             # Parity and the live gate are judged against this machine's profile, as in the
@@ -107,6 +114,27 @@ class ScenarioItem(pytest.Item):
         self.user_properties.append(("checks", [c.line() for c in outcome.checks]))
         if not outcome.ok:
             raise ScenarioFailure("\n".join(outcome.failures()))
+
+    def _compare(self, ctx) -> None:
+        """This live item as a comparison of two sides (harness.compare), judged as the command judges."""
+        from harness.compare import report
+        from harness.compare.gate import Settings, gate_scenario
+        from harness.compare.sides import SideError, parse_side
+
+        opt = self.config.getoption
+        try:
+            sides = {"baseline": parse_side(opt("--compare-baseline")), "candidate": parse_side(opt("--compare-candidate"))}
+            settings = Settings(rounds=opt("--compare-rounds"))
+            settings.check()
+        except (SideError, ValueError) as exc:
+            raise pytest.UsageError(f"--compare-baseline/--compare-candidate: {exc}") from None
+        gate = gate_scenario(self.scenario, sides, settings, ctx.references, self._say)
+        if gate.refused:
+            pytest.skip(gate.refused)
+        labels = (sides["baseline"].label, sides["candidate"].label)
+        self.user_properties.append(("compare", report.as_json([gate], labels, settings)))
+        if report.exit_code([gate]) != report.PASS:
+            raise ScenarioFailure(report.markdown([gate], labels, settings))
 
     def _say(self, line: str) -> None:
         """A line to the terminal while the item runs (the machine fit's progress), past capture."""

@@ -110,7 +110,7 @@ def test_no_import_cycle_in_either_package():
 # scenarios, never a transport, a process or another server). Modules at the root (cli, collect,
 # progress, cores_lock, times, scenario_docs, targets_report) are the faces, above everything.
 LAYERS = [("record",), ("machine",), ("format",), ("clients",), ("targets",), ("sim", "live"), ("judge",),
-          ("run",), ("swarm", "fit")]
+          ("run",), ("swarm", "fit", "compare")]
 JUDGE_NEVER = {"clients", "targets", "sim", "live"}
 
 
