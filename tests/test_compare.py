@@ -164,3 +164,16 @@ def test_the_gate_fails_a_git_revision_whose_step_waits(tmp_path):
                         baseline="ref:HEAD", candidate=f"ref:{slower}")
     assert code == report.REGRESSION, result["headline"]
     assert any("gap_s" in f for f in regressions(result)), result["headline"]
+
+
+def test_pytest_turns_live_items_into_comparison_items(tmp_path):
+    """`pytest scenarios/x.yaml --compare-baseline SIDE`: the live item fails on a slower candidate,
+    with the Markdown summary as its message; the simulated item runs as before."""
+    import sys
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "0",
+                           str(REPO / "scenarios" / "overlap_8.yaml"), "-k", "live", "--compare-baseline", "here",
+                           "--compare-candidate", "here:lab=true,lab_step_slowdown=1.5", "--compare-rounds", "8"],
+                          # its own folder: its results, and its cores lock (this test holds ours)
+                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 1, done.stdout[-2000:]
+    assert "streamlab scenario compare: FAILED" in done.stdout and "**regression**" in done.stdout, done.stdout[-2000:]
