@@ -1,0 +1,85 @@
+"""The compare gate's own power and false alarms, measured: `python -m benchmarks.compare_gate`.
+
+Runs `streamlab scenario compare` back to back, GATES times per case, on the same scenarios:
+our server against itself (A/A: every regression reported is a false alarm), and against a lab
+slowdown of itself at each factor given (every gate that does not report a regression is a
+miss). Prints and writes (results/benchmarks/compare_gate.json) the counts, the figures flagged,
+each gate's time and, from the A/A gates, the smallest slowdown each figure would have caught.
+
+    python -m benchmarks.compare_gate --gates 10 --slowdowns 1.25,1.10
+    scripts/dev slow 0.5 bench ...   (a machine half as fast: scripts/dev slow)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from argparse import Namespace
+from pathlib import Path
+
+from rich.console import Console
+
+from harness.compare.command import OUT, run as compare
+from harness.compare.report import REGRESSION
+from harness.format.scenario import SCENARIOS_DIR
+
+DEFAULT = ("overlap_8", "late_joiners_8", "disconnect_fin_mid")
+
+
+def one_gate(console: Console, files: list[Path], slowdown: float, rounds: int, out: Path) -> dict:
+    args = Namespace(files=files, baseline="here", candidate="here", lab_step_slowdown=slowdown, rounds=rounds,
+                     alpha=0.01, threshold=0.10, order="abba", seed=0, out=out)
+    t0 = time.monotonic()
+    code = compare(console, args)
+    result = json.loads((out / "compare.json").read_text())
+    flagged = [f"{s['scenario']} {f['figure']} {f['effect']:.2f}x" for s in result["scenarios"]
+               for f in s["figures"] if f["verdict"] == "regression"]
+    return {"exit_code": code, "regressions": flagged, "minutes": round((time.monotonic() - t0) / 60, 2),
+            "figures": sum(len(s["figures"]) for s in result["scenarios"]),
+            "smallest_detectable": {f"{s['scenario']} {k}": v for s in result["scenarios"]
+                                    for k, v in s["smallest_detectable"].items()}}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.compare_gate", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--gates", type=int, default=10, help="gates per case, back to back (default 10)")
+    p.add_argument("--slowdowns", default="1.25,1.10", help="lab step slowdowns to detect (default 1.25,1.10)")
+    p.add_argument("--rounds", type=int, default=16)
+    p.add_argument("--scenarios", default=",".join(DEFAULT))
+    p.add_argument("--json", type=Path, default=Path("results/benchmarks/compare_gate.json"))
+    args = p.parse_args(argv)
+    console = Console(width=160)
+    files = [SCENARIOS_DIR / f"{name}.yaml" for name in args.scenarios.split(",")]
+    cases = [1.0] + [float(s) for s in args.slowdowns.split(",") if s]
+    summary = {"scenarios": args.scenarios, "rounds": args.rounds, "gates": args.gates, "cases": {}}
+    for slowdown in cases:
+        gates = [one_gate(console, files, slowdown, args.rounds, OUT / f"gate-{slowdown:g}-{i}")
+                 for i in range(args.gates)]
+        reported = sum(g["exit_code"] == REGRESSION for g in gates)
+        summary["cases"][f"{slowdown:g}"] = {
+            "regression_reported": reported, "of": len(gates),
+            "figures_flagged": sum(len(g["regressions"]) for g in gates),
+            "figures_compared": sum(g["figures"] for g in gates),
+            "median_minutes": statistics.median(g["minutes"] for g in gates), "gates": gates}
+    for name, case in summary["cases"].items():
+        what = "A/A (false alarms)" if name == "1" else f"candidate {name}x slower"
+        console.print(f"{what}: a regression reported in {case['regression_reported']} of {case['of']} gates; "
+                      f"{case['figures_flagged']} of {case['figures_compared']} figures flagged; "
+                      f"a gate took {case['median_minutes']:.1f} min (median)")
+    aa = summary["cases"]["1"]["gates"]
+    detectable = {k: [g["smallest_detectable"].get(k) for g in aa] for k in aa[0]["smallest_detectable"]}
+    for figure, values in detectable.items():
+        known = [v for v in values if v]
+        console.print(f"  smallest slowdown caught, {figure}: median {statistics.median(known):.2f}x "
+                      f"over {len(known)} A/A gates" if known else f"  {figure}: not within 3x")
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(summary, indent=1) + "\n")
+    console.print(f"wrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
