@@ -19,7 +19,7 @@ from rich.console import Console
 from harness.compare import report
 from harness.compare.command import run as compare
 from harness.compare.gate import ScenarioGate, Settings, SideRuns, schedule
-from harness.compare.sides import REPO, SideError, parse_side
+from harness.compare.sides import REPO, WORKTREES, SideError, parse_side
 from harness.compare.stats import judge, least_rounds, smallest_detectable
 from harness.format.load import load_by_name
 
@@ -160,8 +160,12 @@ def commit_with(path: str, extra: str, tmp_path: Path) -> str:
 
 def test_the_gate_fails_a_git_revision_whose_step_waits(tmp_path):
     slower = commit_with("streamlab/engine/engine.py", WAITING_STEP, tmp_path)
-    code, result = gate(tmp_path, files=[REPO / "scenarios" / "overlap_8.yaml"], rounds=8,
-                        baseline="ref:HEAD", candidate=f"ref:{slower}")
+    try:
+        code, result = gate(tmp_path, files=[REPO / "scenarios" / "overlap_8.yaml"], rounds=8,
+                            baseline="ref:HEAD", candidate=f"ref:{slower}")
+    finally:  # a worktree per run of this test would pile up in .tools/compare
+        subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(WORKTREES / slower[:12])],
+                       capture_output=True)
     assert code == report.REGRESSION, result["headline"]
     assert any("gap_s" in f for f in regressions(result)), result["headline"]
 
