@@ -6,8 +6,8 @@ slowdown of itself at each factor given (every gate that does not report a regre
 miss). Prints and writes (results/benchmarks/compare_gate.json) the counts, the figures flagged,
 each gate's time and, from the A/A gates, the smallest slowdown each figure would have caught.
 
-    python -m benchmarks.compare_gate --gates 10 --slowdowns 1.25,1.10
-    scripts/dev slow 0.5 bench ...   (a machine half as fast: scripts/dev slow)
+    scripts/dev bench compare_gate --gates 10 --slowdowns 1.25,1.10
+    scripts/dev slow 0.5 bench compare_gate --gates 2       (a machine half as fast)
 """
 
 from __future__ import annotations
