@@ -37,6 +37,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    if config.getoption("--compare-baseline", None):  # a mistake in a side stops the run before any item
+        from harness.compare.gate import Settings
+        from harness.compare.sides import SideError, parse_side
+        try:
+            parse_side(config.getoption("--compare-baseline"))
+            parse_side(config.getoption("--compare-candidate"))
+            Settings(rounds=config.getoption("--compare-rounds")).check()
+        except (SideError, ValueError) as exc:
+            raise pytest.UsageError(f"--compare-baseline/--compare-candidate/--compare-rounds: {exc}") from None
     config.addinivalue_line("markers", "sim: a scenario run in deterministic simulation")
     config.addinivalue_line("markers", "live: a scenario run against the real server through Toxiproxy")
     config.addinivalue_line("markers", "scenario: a YAML scenario")
@@ -119,15 +128,11 @@ class ScenarioItem(pytest.Item):
         """This live item as a comparison of two sides (harness.compare), judged as the command judges."""
         from harness.compare import report
         from harness.compare.gate import Settings, gate_scenario
-        from harness.compare.sides import SideError, parse_side
+        from harness.compare.sides import parse_side
 
-        opt = self.config.getoption
-        try:
-            sides = {"baseline": parse_side(opt("--compare-baseline")), "candidate": parse_side(opt("--compare-candidate"))}
-            settings = Settings(rounds=opt("--compare-rounds"))
-            settings.check()
-        except (SideError, ValueError) as exc:
-            raise pytest.UsageError(f"--compare-baseline/--compare-candidate: {exc}") from None
+        opt = self.config.getoption  # checked in pytest_configure
+        sides = {"baseline": parse_side(opt("--compare-baseline")), "candidate": parse_side(opt("--compare-candidate"))}
+        settings = Settings(rounds=opt("--compare-rounds"))
         gate = gate_scenario(self.scenario, sides, settings, ctx.references, self._say)
         if gate.refused:
             pytest.skip(gate.refused)

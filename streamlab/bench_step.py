@@ -82,9 +82,11 @@ def engine_speed(loaded: LoadedModel, decode_attention: str, fault: FaultPlan | 
     "engine_wall_over_cpu": {batch: ratio}}.
 
     CPU time cannot see a step that waits (a sleep, a lock, a blocking call, a device sync): the
-    same steps' wall time over their CPU time can. Per burst its median over the steps, and of the
-    bursts the lowest: a moment the machine gave the thread no CPU only adds wall time, and a
-    step that waits by design waits in every burst.
+    same steps' wall time over their CPU time can, taken over the yardstick's own in the same
+    bursts, so what threads and a busy machine add to both cancels (1.00 for a step that only
+    computes). Per burst the median over its steps of each, then the median over the bursts: a
+    moment the machine gave a thread no CPU moves a step or a burst, and a step that waits by
+    design waits in every one.
 
     Each of `repeats` bursts of our engine (a fresh one, with the lab's fault plan a server runs
     with: its slowdown) is followed at once by a burst of the yardstick at the same shape:
@@ -106,14 +108,15 @@ def engine_speed(loaded: LoadedModel, decode_attention: str, fault: FaultPlan | 
                 walls: list[float] = []
                 engine[b].append(statistics.median(paged_step_ms(loaded, prompts[:b], SPEED_STEPS, SPEED_WARMUP, decode_attention,
                                                                  time.thread_time, fault, walls)))
-                waits[b].append(statistics.median(walls))
+                yard_walls: list[float] = []
                 yard[b].append(statistics.median(contiguous_step_ms(yardstick, prompts[:b], SPEED_STEPS, SPEED_WARMUP,
-                                                                    clock=time.thread_time)))
+                                                                    clock=time.thread_time, walls=yard_walls)))
+                waits[b].append(statistics.median(walls) / statistics.median(yard_walls))
     return {"decode_s": {str(b): statistics.median(v) / 1e3 for b, v in engine.items()},
             "yardstick_s": {str(b): statistics.median(v) / 1e3 for b, v in yard.items()},
             "engine_over_yardstick": {str(b): statistics.median(e / y for e, y in zip(engine[b], yard[b]))
                                       for b in SPEED_BATCHES},
-            "engine_wall_over_cpu": {str(b): min(v) for b, v in waits.items()}}
+            "engine_wall_over_cpu": {str(b): statistics.median(v) for b, v in waits.items()}}
 
 
 @contextmanager
@@ -143,17 +146,22 @@ def hf_decode(hf: torch.nn.Module, input_ids: torch.Tensor, past: object | None)
 
 @torch.inference_mode()
 def contiguous_step_ms(hf: torch.nn.Module, prompts: list[list[int]], steps: int, warmup: int,
-                       clock=time.perf_counter) -> list[float]:
+                       clock=time.perf_counter, walls: list[float] | None = None) -> list[float]:
     """transformers' own decode step (its contiguous KV cache, then the argmax), timed by `clock`
-    (wall by default; harness/machine/speed.py times this thread's CPU)."""
+    (wall by default; harness/machine/speed.py times this thread's CPU); with `walls`, as for
+    paged_step_ms."""
     logits, past = hf_decode(hf, torch.tensor(prompts), None)
     nxt = logits[:, -1].argmax(-1, keepdim=True)
-    times = []
+    times, wall_ratios = [], []
     for _ in range(warmup + steps):
-        t0 = clock()
+        t0, w0 = clock(), time.perf_counter()
         logits, past = hf_decode(hf, nxt, past)
         nxt = logits[:, -1].argmax(-1, keepdim=True)
-        times.append((clock() - t0) * 1e3)
+        t1, w1 = clock(), time.perf_counter()
+        times.append((t1 - t0) * 1e3)
+        wall_ratios.append((w1 - w0) / (t1 - t0) if t1 > t0 else 1.0)
+    if walls is not None:
+        walls.extend(wall_ratios[warmup:])
     return times[warmup:]
 
 

@@ -162,10 +162,13 @@ def service_config(values: Mapping[str, object]) -> ServiceConfig:
         resume=ResumeConfig(v["resume_window_s"], v["resume_buffer_events"], v["resume_buffer_bytes"]))
 
 
-def serve_args(values: Mapping[str, object]) -> list[str]:
-    """Option values as `streamlab serve` flags (every option, so no default is assumed twice)."""
+def serve_args(values: Mapping[str, object], every: bool = True) -> list[str]:
+    """Option values as `streamlab serve` flags: every option, so no default is assumed twice; or,
+    with every=False, only those in `values` (a server of another revision keeps its own defaults)."""
     args: list[str] = []
     for o in SERVE_OPTIONS:
+        if not every and o.name not in values:
+            continue
         value = values.get(o.name, o.default)
         value = value.value if isinstance(value, Policy) else value
         if o.is_switch:

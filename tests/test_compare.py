@@ -65,6 +65,8 @@ def test_rounds_too_few_for_alpha_are_refused_and_the_detectable_effect_is_measu
     quiet = smallest_detectable("g gap_s p50", noisy(16, 5, 0.01), noisy(16, 6, 0.01), 0.01, 0.10)
     loud = smallest_detectable("g gap_s p50", noisy(16, 5, 0.3), noisy(16, 6, 0.3), 0.01, 0.10)
     assert quiet is not None and quiet <= 1.12 and (loud is None or loud > quiet)
+    with pytest.raises(ValueError, match="alpha"):
+        Settings(alpha=0).check()
 
 
 @pytest.mark.shares_cores
@@ -74,10 +76,13 @@ def test_outcomes_are_judged_before_timing_and_set_the_exit_code():
     assert report.exit_code([fine]) == report.PASS
     leaked = ScenarioGate("s", SideRuns(), SideRuns(broken=["round 2: leak_free: 3 blocks held"]), [same])
     assert report.exit_code([leaked]) == report.REGRESSION
-    assert "outcomes differ in s" in report.headline([leaked], ("here", "there"))
+    assert "outcomes broken in s (on the candidate side)" in report.headline([leaked], ("here", "there"))
     assert "leak_free" in report.markdown([leaked], ("here", "there"), Settings())
     refused = ScenarioGate("s", SideRuns(), SideRuns(), refused="no toxiproxy-server")
     assert report.exit_code([fine, refused]) == report.COULD_NOT_RUN
+    slower = judge("g ttft_s p50", noisy(16, 1), [c * 1.3 for c in noisy(16, 2)], 0.01, 0.1)
+    both = [refused, ScenarioGate("t", SideRuns(), SideRuns(), [slower])]
+    assert report.exit_code(both) == report.COULD_NOT_RUN and "t g ttft_s p50" in report.headline(both, ("a", "b"))
 
 
 # ---- the sides ----
@@ -119,7 +124,8 @@ def regressions(result: dict) -> list[str]:
 def test_the_gate_passes_our_server_against_itself_and_fails_it_slower_by_computing(tmp_path):
     code, same = gate(tmp_path)
     assert code == report.PASS and not regressions(same), same["headline"]
-    assert same["scenarios"][0]["smallest_detectable"]  # the A/A run says what it could have caught
+    # the A/A run says what it could have caught: the readers' gaps move with every step
+    assert any(v for v in same["scenarios"][0]["smallest_detectable"].values()), same["scenarios"][0]
     code, slower = gate(tmp_path, lab_step_slowdown=1.25)
     assert code == report.REGRESSION, slower["headline"]
     assert any("gap_s" in f for f in regressions(slower)), slower["headline"]
@@ -164,8 +170,10 @@ def test_the_gate_fails_a_git_revision_whose_step_waits(tmp_path):
         code, result = gate(tmp_path, files=[REPO / "scenarios" / "overlap_8.yaml"], rounds=8,
                             baseline="ref:HEAD", candidate=f"ref:{slower}")
     finally:  # a worktree per run of this test would pile up in .tools/compare
-        subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(WORKTREES / slower[:12])],
-                       capture_output=True)
+        for rev in (slower, "HEAD"):
+            sha = subprocess.run(["git", "-C", str(REPO), "rev-parse", rev], capture_output=True, text=True).stdout
+            subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(WORKTREES / sha.strip()[:12])],
+                           capture_output=True)
     assert code == report.REGRESSION, result["headline"]
     assert any("gap_s" in f for f in regressions(result)), result["headline"]
 

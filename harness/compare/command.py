@@ -1,5 +1,5 @@
 """`streamlab scenario compare FILE... --baseline SIDE --candidate SIDE`: parse, run, report, exit
-0 (pass), 1 (a regression, or outcomes that differ) or 2 (could not run)."""
+0 (pass), 1 (a regression, or a run that broke a non-timing check) or 2 (could not run)."""
 
 from __future__ import annotations
 
@@ -48,7 +48,7 @@ def sides_of(args: argparse.Namespace) -> dict[str, Side]:
 def run(console: Console, args: argparse.Namespace) -> int:
     # The runs and the statistics (torch, scipy) load only for this command, not for every parse.
     from harness.compare import report
-    from harness.compare.gate import Settings, gate_scenario
+    from harness.compare.gate import ScenarioGate, Settings, SideRuns, gate_scenario
     from harness.format.load import load
     from harness.run.references import References
 
@@ -62,6 +62,8 @@ def run(console: Console, args: argparse.Namespace) -> int:
                 side.scenario_for(s)  # a server option this scenario's server refuses: before any run
     except (SideError, ValueError) as exc:
         console.print(f"[red]compare: {exc}[/]")
+        for stale in ("compare.json", "compare.md", "compare.png"):  # no earlier gate's result read as this one's
+            (args.out / stale).unlink(missing_ok=True)
         return report.COULD_NOT_RUN
     labels = (sides["baseline"].label, sides["candidate"].label)
     references = References()
@@ -72,7 +74,7 @@ def run(console: Console, args: argparse.Namespace) -> int:
                                        lambda line: console.print(line, highlight=False)))
         except (RuntimeError, OSError) as exc:  # a side's server that would not start, a lost socket
             console.print(f"[red]compare {scenario.name}: {exc}[/]")
-            return report.COULD_NOT_RUN
+            gates.append(ScenarioGate(scenario.name, SideRuns(), SideRuns(), refused=f"could not run: {exc}"))
     console.print(report.table(gates, labels))
     for path in report.write(gates, labels, settings, args.out):
         console.print(f"wrote {path}")

@@ -18,6 +18,7 @@ from harness.compare.stats import Judged, figures, judge, least_rounds, smallest
 from harness.format.scenario import Scenario
 from harness.judge.checks import run_checks
 from harness.live.backend import live_unavailable
+from harness.run import capacity
 from harness.run.once import run_trace
 from harness.run.references import References
 
@@ -37,11 +38,16 @@ class ScenarioGate:
     candidate: SideRuns
     judged: list[Judged] = field(default_factory=list)
     detectable: dict[str, float | None] = field(default_factory=dict)  # A/A: figure -> smallest slowdown it would catch
+    dropped: list[str] = field(default_factory=list)  # figures not judged, and why
     refused: str | None = None  # could not run here (why)
+    notes: list[str] = field(default_factory=list)  # e.g. the load a relative scenario was given
 
     @property
-    def outcomes_differ(self) -> bool:
+    def outcomes_broken(self) -> bool:
         return bool(self.baseline.broken or self.candidate.broken)
+
+    def broken_sides(self) -> list[str]:
+        return [n for n, r in (("baseline", self.baseline), ("candidate", self.candidate)) if r.broken]
 
 
 @dataclass
@@ -53,6 +59,10 @@ class Settings:
     seed: int = 0
 
     def check(self) -> None:
+        if not 0 < self.alpha < 1:
+            raise ValueError(f"--alpha: a significance level in (0, 1), got {self.alpha:g}")
+        if self.threshold < 0:
+            raise ValueError(f"--threshold: a fraction of 0 or more (0.10 is 10%), got {self.threshold:g}")
         if self.rounds < least_rounds(self.alpha):
             raise ValueError(f"--rounds {self.rounds}: a signed-rank test over fewer than {least_rounds(self.alpha)} "
                              f"rounds can never reach --alpha {self.alpha:g} (its smallest p is 2/2^rounds)")
@@ -69,15 +79,20 @@ def schedule(settings: Settings) -> list[tuple[str, str]]:
     return [ab if rng.random() < 0.5 else ba for _ in range(settings.rounds)]
 
 
-def one_run(scenario: Scenario, side: Side, fresh_process: bool, references: References) -> tuple[dict, list[str]]:
-    """One live run on a side: its figures, and its failed non-timing checks (leaks, exactly-once,
-    identity, finish reasons and the scenario's own outcome checks)."""
+def side_trace(scenario: Scenario, side: Side, fresh_process: bool):
+    """One live run of `scenario` on a side, its server stopped after (one server up at a time)."""
     scenario = side.scenario_for(scenario)
     backend = side.backend(fresh_process)
     try:
-        trace, planned = run_trace(scenario, backend)
+        return scenario, *run_trace(scenario, backend)
     finally:
-        backend.close()  # one server up at a time
+        backend.close()
+
+
+def one_run(scenario: Scenario, side: Side, fresh_process: bool, references: References) -> tuple[dict, list[str]]:
+    """One live run on a side: its figures, and its failed non-timing checks (leaks, exactly-once,
+    identity, finish reasons and the scenario's own outcome checks)."""
+    scenario, trace, planned = side_trace(scenario, side, fresh_process)
     checks = run_checks(scenario, trace, references.identity(scenario, trace, planned))
     return figures(trace), [f"{c.name}: {c.figure}" for c in checks if not c.ok]
 
@@ -92,6 +107,10 @@ def gate_scenario(scenario: Scenario, sides: dict[str, Side], settings: Settings
         out.refused = refused
         return out
     fresh = any(s.source is not None for s in sides.values())
+    # Load and SLOs stated relative to capacity are made absolute once, on the baseline: each side
+    # probed for itself, a slower candidate would be given less load and looser deadlines.
+    scenario, probes = capacity.resolve(scenario, lambda probe: side_trace(probe, sides["baseline"], fresh)[1])
+    out.notes += [f"load resolved on the baseline, for both sides: {p.line()}" for p in probes]
     t0 = time.monotonic()
     for r, order in enumerate(schedule(settings), 1):
         for name in order:
@@ -102,12 +121,19 @@ def gate_scenario(scenario: Scenario, sides: dict[str, Side], settings: Settings
             runs[name].wall_s += time.monotonic() - start
         left = (time.monotonic() - t0) / r * (settings.rounds - r)
         say(f"compare {scenario.name}: round {r}/{settings.rounds} ({' then '.join(order)})"
-            f"{' outcomes differ' if out.outcomes_differ else ''}, about {left:.0f} s left")
-    names = [f for f in runs["baseline"].figures[0] if all(f in g for s in runs.values() for g in s.figures)]
+            f"{', outcomes broken on ' + ' and '.join(out.broken_sides()) if out.outcomes_broken else ''}, "
+            f"about {left:.0f} s left")
+    every = [g for r in runs.values() for g in r.figures]
+    seen = list(dict.fromkeys(f for g in every for f in g))
+    names = [f for f in seen if all(f in g for g in every)]
+    out.dropped = [f"{f}: in {sum(f in g for g in every)} of {len(every)} runs" for f in seen if f not in names]
     for figure in names:
         base = [g[figure] for g in runs["baseline"].figures]
         cand = [g[figure] for g in runs["candidate"].figures]
-        out.judged.append(judge(figure, base, cand, settings.alpha, settings.threshold, settings.seed))
+        judged = judge(figure, base, cand, settings.alpha, settings.threshold, settings.seed)
+        if judged.rounds < least_rounds(settings.alpha):  # rounds with a zero figure drop out of the pairs
+            out.dropped.append(f"{figure}: {judged.rounds} rounds with a value, too few to reach alpha")
+        out.judged.append(judged)
         if sides["baseline"].label == sides["candidate"].label:
             out.detectable[figure] = smallest_detectable(figure, base, cand, settings.alpha, settings.threshold)
     return out

@@ -15,23 +15,23 @@ PASS, REGRESSION, COULD_NOT_RUN = 0, 1, 2  # the exit codes
 
 
 def exit_code(gates: list[ScenarioGate]) -> int:
-    """2 where a scenario could not run on both sides; 1 where outcomes differ or a figure regressed."""
+    """2 where a scenario could not run on both sides; 1 where a run broke a non-timing check or a
+    figure regressed."""
     if any(g.refused for g in gates):
         return COULD_NOT_RUN
-    if any(g.outcomes_differ or any(j.verdict == "regression" for j in g.judged) for g in gates):
+    if any(g.outcomes_broken or any(j.verdict == "regression" for j in g.judged) for g in gates):
         return REGRESSION
     return PASS
 
 
 def headline(gates: list[ScenarioGate], labels: tuple[str, str]) -> str:
-    code = exit_code(gates)
     judged = [j for g in gates for j in g.judged]
     regressions = [f"{g.scenario} {j.figure} {j.effect:.2f}x" for g in gates for j in g.judged if j.verdict == "regression"]
     improvements = sum(j.verdict == "improvement" for j in judged)
-    if code == COULD_NOT_RUN:
-        return "could not run: " + "; ".join(f"{g.scenario}: {g.refused}" for g in gates if g.refused)
-    differ = [g.scenario for g in gates if g.outcomes_differ]
-    head = f"outcomes differ in {', '.join(differ)}; " if differ else ""
+    refused = [f"{g.scenario}: {g.refused}" for g in gates if g.refused]
+    broken = [f"{g.scenario} (on the {' and the '.join(g.broken_sides())} side)" for g in gates if g.outcomes_broken]
+    head = f"could not run {'; '.join(refused)}; " if refused else ""
+    head += f"outcomes broken in {', '.join(broken)}; " if broken else ""
     if labels[0] == labels[1]:
         flagged = len(regressions) + improvements
         return (f"{head}A/A: {flagged} of {len(judged)} figures flagged (false alarms), "
@@ -41,18 +41,29 @@ def headline(gates: list[ScenarioGate], labels: tuple[str, str]) -> str:
     return f"{head}no regression in {len(judged)} figures; {improvements} improved"
 
 
+def shown(figure: str, value: float) -> str:
+    """A median as the table shows it: milliseconds, or tokens per second."""
+    if value != value:  # NaN: no round had it
+        return "-"
+    return f"{value:.0f} tok/s" if figure.endswith("per_s") else f"{value * 1e3:.1f} ms"
+
+
 def table(gates: list[ScenarioGate], labels: tuple[str, str]) -> Table:
     t = Table(title=f"compare: baseline {labels[0]} / candidate {labels[1]}")
-    for col in ("scenario", "figure", "baseline ms", "candidate ms", "cand/base", "CI", "p", "verdict"):
+    for col in ("scenario", "figure", "baseline", "candidate", "cand/base", "CI", "p", "verdict"):
         t.add_column(col, justify="right" if col not in ("scenario", "figure", "verdict") else "left")
     for g in gates:
         for j in g.judged:
-            scale = 1 if j.figure.endswith("per_s") else 1e3
             colour = {"regression": "red", "improvement": "green"}.get(j.verdict, "")
-            t.add_row(g.scenario, j.figure, f"{j.baseline * scale:.1f}", f"{j.candidate * scale:.1f}",
+            t.add_row(g.scenario, j.figure, shown(j.figure, j.baseline), shown(j.figure, j.candidate),
                       f"{j.effect:.3f}", f"{j.low:.2f}-{j.high:.2f}", f"{j.p:.3g}",
                       f"[{colour}]{j.verdict}[/]" if colour else j.verdict)
     return t
+
+
+def finite(value):
+    """JSON has no NaN: a figure no round had is null."""
+    return None if isinstance(value, float) and value != value else value
 
 
 def as_json(gates: list[ScenarioGate], labels: tuple[str, str], settings: Settings) -> dict:
@@ -61,7 +72,8 @@ def as_json(gates: list[ScenarioGate], labels: tuple[str, str], settings: Settin
             "scenarios": [{"scenario": g.scenario, "refused": g.refused,
                            "outcomes": {"baseline": g.baseline.broken, "candidate": g.candidate.broken},
                            "wall_s": {"baseline": round(g.baseline.wall_s, 1), "candidate": round(g.candidate.wall_s, 1)},
-                           "figures": [j.as_dict() for j in g.judged],
+                           "figures": [{k: finite(v) for k, v in j.as_dict().items()} for j in g.judged],
+                           "dropped": g.dropped, "notes": g.notes,
                            "rounds": {"baseline": g.baseline.figures, "candidate": g.candidate.figures},
                            "smallest_detectable": g.detectable} for g in gates]}
 
@@ -70,18 +82,20 @@ def markdown(gates: list[ScenarioGate], labels: tuple[str, str], settings: Setti
     mark = {0: "passed", 1: "FAILED", 2: "could not run"}[exit_code(gates)]
     lines = [f"### streamlab scenario compare: {mark}", "",
              f"Baseline `{labels[0]}`, candidate `{labels[1]}`; {settings.rounds} rounds ({settings.order}), "
-             f"alpha {settings.alpha:g}, threshold {settings.threshold:.0%}.", "", headline(gates, labels), "",
-             "| scenario | figure | baseline ms | candidate ms | cand/base (CI) | p | verdict |",
-             "|---|---|---:|---:|---:|---:|---|"]
+             f"alpha {settings.alpha:g}, threshold {settings.threshold:.0%}.", "", headline(gates, labels), ""]
     broken = [f"- {g.scenario} {side}: {b}" for g in gates
               for side, runs in (("baseline", g.baseline), ("candidate", g.candidate)) for b in runs.broken]
     if broken:
-        lines[5:5] = ["Outcomes (checked before any timing):", "", *broken, ""]
+        lines += ["Outcomes (any broken check fails the gate, whatever the figures say):", "", *broken, ""]
+    aside = [f"- {g.scenario}: {d}" for g in gates for d in g.notes + g.dropped]
+    if aside:
+        lines += ["Not judged, or judged with a note:", "", *aside, ""]
+    lines += ["| scenario | figure | baseline | candidate | cand/base (CI) | p | verdict |",
+              "|---|---|---:|---:|---:|---:|---|"]
     for g in gates:
         for j in g.judged:
-            scale = 1 if j.figure.endswith("per_s") else 1e3
             verdict = f"**{j.verdict}**" if j.verdict != "same" else "same"
-            lines.append(f"| {g.scenario} | {j.figure} | {j.baseline * scale:.1f} | {j.candidate * scale:.1f} | "
+            lines.append(f"| {g.scenario} | {j.figure} | {shown(j.figure, j.baseline)} | {shown(j.figure, j.candidate)} | "
                          f"{j.effect:.3f} ({j.low:.2f}-{j.high:.2f}) | {j.p:.3g} | {verdict} |")
     detectable = [(g.scenario, f, d) for g in gates for f, d in g.detectable.items()]
     if detectable:
@@ -103,7 +117,7 @@ def plot(gates: list[ScenarioGate], labels: tuple[str, str], path: Path) -> Path
     for ax in axes.flat[len(panels):]:
         ax.set_visible(False)
     for ax, (g, j) in zip(axes.flat, panels):
-        scale = 1 if j.figure.endswith("per_s") else 1e3
+        scale = 1 if j.figure.endswith("per_s") else 1e3  # tokens/s as they are, seconds as ms
         for x, (side, runs) in enumerate((("baseline", g.baseline), ("candidate", g.candidate))):
             values = [f[j.figure] * scale for f in runs.figures if j.figure in f]
             ax.scatter([x + (i % 5 - 2) * 0.04 for i in range(len(values))], values, s=10)
@@ -121,6 +135,7 @@ def plot(gates: list[ScenarioGate], labels: tuple[str, str], path: Path) -> Path
 def write(gates: list[ScenarioGate], labels: tuple[str, str], settings: Settings, out: Path) -> list[Path]:
     """compare.json, compare.md and compare.png under `out`."""
     out.mkdir(parents=True, exist_ok=True)
+    (out / "compare.png").unlink(missing_ok=True)  # no plot from an earlier gate beside this one's results
     paths = [out / "compare.json", out / "compare.md"]
     paths[0].write_text(json.dumps(as_json(gates, labels, settings), indent=1, default=float) + "\n")
     paths[1].write_text(markdown(gates, labels, settings))

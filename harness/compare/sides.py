@@ -52,9 +52,11 @@ class Side:
         if not self.server:
             return scenario
         try:
-            server = ServerSpec.model_validate({**scenario.server.model_dump(), **self.server})
+            checked = ServerSpec.model_validate({**scenario.server.model_dump(), **self.server})
         except ValueError as exc:
             raise SideError(f"{self.label}: {exc}") from None
+        # model_copy keeps which options were written (a ref's server is given only those)
+        server = scenario.server.model_copy(update={k: getattr(checked, k) for k in self.server})
         return scenario.model_copy(update={"server": server})
 
     def backend(self, fresh_process: bool) -> LiveBackend:

@@ -2,9 +2,12 @@
 
 Each round runs both sides back to back (ABBA), so a round's candidate/baseline ratio is formed
 within minutes and the machine's drift over the gate mostly cancels. Per figure the gate has one
-log-ratio per round: the effect is their mean (a geometric mean ratio), its confidence interval a
-bootstrap over rounds, and the test Wilcoxon's signed-rank test on them (paired, no assumption of
-normality; exact for the round counts a gate uses). Both come from scipy.stats.
+log-ratio per round. The effect is the Hodges-Lehmann estimate that goes with Wilcoxon's test
+(the median of the rounds' pairwise mean log-ratios): one round a machine pause moved cannot
+carry it past the threshold, nor hide a slowdown every other round shows, as a plain mean
+could. Its confidence interval is a bootstrap over rounds; the test is Wilcoxon's signed-rank
+test (paired, no assumption of normality; exact without ties, a permutation test with them).
+Both come from scipy.stats.
 
 A figure is a regression when the test is significant at alpha and the effect is worse than the
 threshold; an improvement likewise the other way. No correction for the number of figures: they
@@ -54,7 +57,7 @@ class Judged:
     figure: str
     baseline: float  # median over rounds
     candidate: float
-    effect: float  # candidate over baseline, geometric mean of the rounds' ratios
+    effect: float  # candidate over baseline: the Hodges-Lehmann estimate over the rounds' log-ratios
     low: float  # its confidence interval (1 - alpha), bootstrap over rounds
     high: float
     p: float  # Wilcoxon signed-rank, two-sided
@@ -76,16 +79,23 @@ def judge(figure: str, baseline: list[float], candidate: list[float], alpha: flo
     pairs = [(b, c) for b, c in zip(baseline, candidate) if b > 0 and c > 0]
     logs = log_ratios(baseline, candidate)
     n = len(logs)
-    effect = float(math.exp(logs.mean())) if n else 1.0
+    effect = float(math.exp(hodges_lehmann(logs))) if n else 1.0
     low = high = effect
     if n >= 2 and np.ptp(logs) > 0:
-        ci = stats.bootstrap((logs,), np.mean, confidence_level=1 - alpha, n_resamples=2000,
+        ci = stats.bootstrap((logs,), hodges_lehmann, confidence_level=1 - alpha, n_resamples=2000,
                              method="percentile", random_state=seed).confidence_interval
         low, high = math.exp(ci.low), math.exp(ci.high)
     p = signed_rank_p(logs)
     return Judged(figure, float(np.median([b for b, _ in pairs])) if n else math.nan,
                   float(np.median([c for _, c in pairs])) if n else math.nan, effect, low, high, p, n,
                   verdict(figure, effect, p, alpha, threshold))
+
+
+def hodges_lehmann(logs, axis: int = -1) -> float:
+    """The median of the Walsh averages (every pair's mean, each value with itself included)."""
+    x = np.asarray(logs)
+    i, j = np.triu_indices(x.shape[axis])
+    return np.median((np.take(x, i, axis=axis) + np.take(x, j, axis=axis)) / 2, axis=axis)
 
 
 def verdict(figure: str, effect: float, p: float, alpha: float, threshold: float) -> str:
@@ -119,7 +129,7 @@ def smallest_detectable(figure: str, baseline: list[float], candidate: list[floa
     sign = -1 if higher_is_better(figure) else 1
     for s in np.arange(1.01, 3.0, 0.01):
         shifted = logs + sign * math.log(s)
-        if verdict(figure, math.exp(shifted.mean()), signed_rank_p(shifted), alpha, threshold) == "regression":
+        if verdict(figure, math.exp(hodges_lehmann(shifted)), signed_rank_p(shifted), alpha, threshold) == "regression":
             return float(round(s, 2))
     return None
 

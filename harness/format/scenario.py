@@ -79,7 +79,11 @@ class ServerSpec(_ServerSpecBase):
     def service_config(self) -> ServiceConfig:
         return service_config(self.values())
 
-    def serve_args(self) -> list[str]:
+    def serve_args(self, only_written: bool = False) -> list[str]:
+        """`streamlab serve` flags for every option; with only_written, for those the scenario (or
+        a comparison's side) wrote, so a server of another git revision keeps its own defaults."""
+        if only_written:
+            return serve_args({k: v for k, v in self.values().items() if k in self.model_fields_set}, every=False)
         return serve_args(self.values())
 
 

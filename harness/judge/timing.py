@@ -257,16 +257,16 @@ def timing_only(check: CheckResult) -> bool:
 
 def engine_over_yardstick(trace: Trace) -> float | None:
     """The engine over the yardstick now, over the same when the profile was made: 1.0 is the
-    profile's engine, on any machine. Times its steps' wall time over their CPU time (1.00 for a
-    step that only computes, 1.5 for one that waits half its time again), where that was read."""
+    profile's engine, on any machine. Times its steps' wall over CPU time, over the yardstick's
+    (1.00 for a step that only computes, 1.5 for one that waits half its time again), where read."""
     t = trace.step_timing
     return t.get("engine_slowdown", t.get("engine_over_yardstick"))
 
 
 def drift(trace: Trace, again: list[Trace] = ()) -> CheckResult:
     """Did the engine get slower? Its decode step alone now, over the profile's, over the yardstick
-    now over then, times its steps' wall over CPU time (a step slower by waiting: CPU time alone
-    cannot see it): at most DRIFT; live, on the best of its runs (AGAIN)."""
+    now over then, times its steps' wall over CPU time over the yardstick's (a step slower by
+    waiting: CPU time alone cannot see it): at most DRIFT; live, on the best of its runs (AGAIN)."""
     t = trace.step_timing
     if t.get("engine_over_profile") is None:
         return CheckResult("profile_drift", None, "the engine's speed was not measured on this server",
@@ -278,7 +278,7 @@ def drift(trace: Trace, again: list[Trace] = ()) -> CheckResult:
     value = min(values)
     shown = (f"decode step alone {t['engine_over_profile']:.2f}x the profile's, the yardstick beside it {t['speed_factor']:.2f}x "
              f"its time on the profile's machine"
-             + (f", the engine's steps' wall time {t['engine_waits']:.2f}x their CPU time" if t.get("engine_waits") else "")
+             + (f", the engine's steps' wall over CPU time {t['engine_waits']:.2f}x the yardstick's" if t.get("engine_waits") else "")
              + f": engine {value:.2f}x, paired burst by burst"
              + best_of(len(values))
              + (f" (read {t['reused_after_s']:g} s earlier, the same engine)" if "reused_after_s" in t else ""))

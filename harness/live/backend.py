@@ -243,8 +243,10 @@ class LiveBackend:
     def _endpoint(self, scenario: Scenario):
         t = self.target
         if t.own_server:
-            return (ServerProcess(scenario.server.serve_args() + ["--log-level", "warning"], source=self.source),
-                    scenario.server.model)
+            # A server from another revision gets only the options the scenario wrote: this tree's
+            # defaults would hide a change of default, and an option it lacks would refuse to start.
+            args = scenario.server.serve_args(only_written=self.source is not None) + ["--log-level", "warning"]
+            return ServerProcess(args, source=self.source), scenario.server.model
         if t.url is not None:
             return RunningServer(t.port, t.health), t.model
         return target_process(t, t.serves or scenario.server.model, scenario.server.max_batch, EXPORTS)

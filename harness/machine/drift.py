@@ -99,7 +99,7 @@ def step_timing(speed: dict, profile: "StepCostProfile") -> dict:
         judged = _geomean(speed["engine_over_yardstick"][b] / (profile.decode_cost(int(b)) / then[b]) for b in batches)
     waits = _geomean((speed.get("engine_wall_over_cpu") or {}).get(b) for b in batches)
     return {"engine_over_yardstick": judged,
-            # the same steps' wall time over their CPU time: a step that waits (streamlab.bench_step.engine_speed)
+            # the engine's steps' wall over CPU time, over the yardstick's: a step that waits (streamlab.bench_step.engine_speed)
             "engine_waits": waits,
             "engine_slowdown": judged * waits if judged is not None and waits is not None else judged,
             "engine_over_profile": _geomean(speed["decode_s"][b] / profile.decode_cost(int(b)) for b in batches),
