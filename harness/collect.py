@@ -19,6 +19,7 @@ from harness.format.load import ScenarioError, load
 
 MODES = ("sim", "live")
 CONTEXT = pytest.StashKey["RunContext"]()
+COMPARING = pytest.StashKey[tuple]()  # --compare-baseline: (the two sides, the gate's settings)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -41,11 +42,13 @@ def pytest_configure(config: pytest.Config) -> None:
         from harness.compare.gate import Settings
         from harness.compare.sides import SideError, parse_side
         try:
-            parse_side(config.getoption("--compare-baseline"))
-            parse_side(config.getoption("--compare-candidate"))
-            Settings(rounds=config.getoption("--compare-rounds")).check()
+            sides = {"baseline": parse_side(config.getoption("--compare-baseline")),
+                     "candidate": parse_side(config.getoption("--compare-candidate"))}
+            settings = Settings(rounds=config.getoption("--compare-rounds"))
+            settings.check()
         except (SideError, ValueError) as exc:
             raise pytest.UsageError(f"--compare-baseline/--compare-candidate/--compare-rounds: {exc}") from None
+        config.stash[COMPARING] = (sides, settings)  # parsed once (a ref's worktree is made here), read by each item
     config.addinivalue_line("markers", "sim: a scenario run in deterministic simulation")
     config.addinivalue_line("markers", "live: a scenario run against the real server through Toxiproxy")
     config.addinivalue_line("markers", "scenario: a YAML scenario")
@@ -111,7 +114,7 @@ class ScenarioItem(pytest.Item):
         reason = refused_here(self.scenario, self.mode, ctx)
         if reason:
             pytest.skip(reason)
-        if self.mode == "live" and self.config.getoption("--compare-baseline"):
+        if self.mode == "live" and COMPARING in self.config.stash:
             return self._compare(ctx)
         model = fitted_model(self.scenario, ctx) if self.mode == "live" else None
         if model is not None and model not in getattr(ctx.backends.get("sim@machine"), "profiles", {}):
@@ -127,12 +130,9 @@ class ScenarioItem(pytest.Item):
     def _compare(self, ctx) -> None:
         """This live item as a comparison of two sides (harness.compare), judged as the command judges."""
         from harness.compare import report
-        from harness.compare.gate import Settings, gate_scenario
-        from harness.compare.sides import parse_side
+        from harness.compare.gate import gate_scenario
 
-        opt = self.config.getoption  # checked in pytest_configure
-        sides = {"baseline": parse_side(opt("--compare-baseline")), "candidate": parse_side(opt("--compare-candidate"))}
-        settings = Settings(rounds=opt("--compare-rounds"))
+        sides, settings = self.config.stash[COMPARING]
         gate = gate_scenario(self.scenario, sides, settings, ctx.references, self._say)
         if gate.refused:
             pytest.skip(gate.refused)

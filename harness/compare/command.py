@@ -9,6 +9,7 @@ from pathlib import Path
 from rich.console import Console
 
 from harness.compare.sides import Side, SideError, parse_side
+from harness.run.runner import lab_options
 
 OUT = Path("results") / "compare"
 
@@ -40,7 +41,7 @@ def sides_of(args: argparse.Namespace) -> dict[str, Side]:
         c = sides["candidate"]
         if not c.ours:
             raise SideError(f"--lab-step-slowdown: the candidate {c.label!r} is not our own server")
-        c.server = {**c.server, "lab": True, "lab_step_slowdown": args.lab_step_slowdown}
+        c.server = {**c.server, **lab_options(args.lab_step_slowdown)}
         c.label += f" --lab-step-slowdown {args.lab_step_slowdown:g}"
     return sides
 

@@ -47,6 +47,13 @@ def default_backends() -> dict[str, Backend]:
     return backends
 
 
+def lab_options(step_slowdown: float = 1.0, defect: str = "") -> dict:
+    """The server options that give a scenario's server a lab slowdown or a seeded defect ({}: none)."""
+    lab = {"lab_step_slowdown": step_slowdown} if step_slowdown != 1 else {}
+    lab |= {"lab_defect": defect} if defect else {}
+    return {"lab": True, **lab} if lab else {}
+
+
 @dataclass
 class RunContext:
     """What one session of scenario runs shares. Owned by the caller, passed in."""
@@ -91,12 +98,10 @@ class RunContext:
 
     def prepared(self, scenario: Scenario) -> Scenario:
         """The scenario as this session runs it (a lab slowdown or a seeded defect applied to its server)."""
-        if self.lab_step_slowdown == 1 and not self.lab_defect:
+        lab = lab_options(self.lab_step_slowdown, self.lab_defect)
+        if not lab:
             return scenario
-        lab = {"lab_step_slowdown": self.lab_step_slowdown} if self.lab_step_slowdown != 1 else {}
-        lab |= {"lab_defect": self.lab_defect} if self.lab_defect else {}
-        server = scenario.server.model_copy(update={"lab": True, **lab})
-        return scenario.model_copy(update={"server": server})
+        return scenario.model_copy(update={"server": scenario.server.model_copy(update=lab)})
 
     def target_for(self, scenario: Scenario) -> Target | None:
         """Where the scenario's live run aims in this session: another server, or None for the
