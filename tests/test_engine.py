@@ -341,34 +341,3 @@ def test_cancel_racing_the_last_token_releases_exactly_once(tiny, cancel_during_
     assert finishes[0].reason is expected
     assert engine.blocks.ledger.entries[0].releases == 1
     assert_clean(engine)
-
-
-def test_submit_and_cancel_from_several_threads_while_stepping(make_engine):
-    engine = make_engine(max_batch=4, num_blocks=64)
-    submitted: list[str] = []
-    lock = threading.Lock()
-
-    def client(worker: int) -> None:
-        rng = random.Random(worker)
-        for i in range(15):
-            rid = f"w{worker}-{i}"
-            engine.submit(rid, ids(rng.randint(1, 30), worker * 100 + i), greedy(rng.randint(1, 12)))
-            with lock:
-                submitted.append(rid)
-            if rng.random() < 0.5:
-                engine.cancel(rid if rng.random() < 0.7 else f"w{worker}-{rng.randrange(i + 1)}")
-
-    threads = [threading.Thread(target=client, args=(w,)) for w in range(4)]
-    for t in threads:
-        t.start()
-    finished = {}
-    for _ in range(5000):
-        for f in engine.step().finished:
-            assert f.request_id not in finished
-            finished[f.request_id] = f
-        if not any(t.is_alive() for t in threads) and not engine.has_work():
-            break
-    for t in threads:
-        t.join(timeout=5)
-    assert sorted(finished) == sorted(submitted)
-    assert_clean(engine)
