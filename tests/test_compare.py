@@ -7,7 +7,6 @@ engine step waits half its time again (waiting) it reports a regression, naming 
 from __future__ import annotations
 
 import json
-import os
 import random
 import subprocess
 from argparse import Namespace
@@ -19,7 +18,8 @@ from rich.console import Console
 from harness.compare import report
 from harness.compare.command import run as compare
 from harness.compare.gate import ScenarioGate, Settings, SideRuns, schedule
-from harness.compare.sides import REPO, WORKTREES, SideError, parse_side
+from harness.compare.lab_revision import commit_with, remove_worktrees, waiting_step
+from harness.compare.sides import REPO, SideError, parse_side
 from harness.compare.stats import judge, least_rounds, smallest_detectable
 from harness.format.load import load_by_name
 
@@ -132,48 +132,13 @@ def test_the_gate_passes_our_server_against_itself_and_fails_it_slower_by_comput
     assert (tmp_path / "out" / "compare.md").read_text().startswith("### streamlab scenario compare: FAILED")
 
 
-WAITING_STEP = '''
-
-# Written by tests/test_compare.py into a commit of its own: the step waits half its own time again
-# (a lock, a blocking call or a device sync look the same), a step 1.5x slower by waiting.
-_computed_step = BatchEngine.step
-
-
-def _waiting_step(self, *args, **kwargs):
-    began = time.perf_counter()
-    out = _computed_step(self, *args, **kwargs)
-    time.sleep(0.5 * (time.perf_counter() - began))
-    return out
-
-
-BatchEngine.step = _waiting_step
-'''
-
-
-def commit_with(path: str, extra: str, tmp_path: Path) -> str:
-    """A commit of HEAD's tree with `extra` appended to `path`, referenced by no branch (its sha)."""
-    env = {**os.environ, "GIT_INDEX_FILE": str(tmp_path / "index"), "GIT_AUTHOR_NAME": "test",
-           "GIT_AUTHOR_EMAIL": "test@localhost", "GIT_COMMITTER_NAME": "test", "GIT_COMMITTER_EMAIL": "test@localhost"}
-
-    def git(*args: str, stdin: str | None = None) -> str:
-        return subprocess.run(["git", "-C", str(REPO), *args], input=stdin, env=env, check=True,
-                              capture_output=True, text=True).stdout.strip()
-    git("read-tree", "HEAD")
-    blob = git("hash-object", "-w", "--stdin", stdin=git("show", f"HEAD:{path}") + "\n" + extra)
-    git("update-index", "--cacheinfo", f"100644,{blob},{path}")
-    return git("commit-tree", git("write-tree"), "-p", "HEAD", "-m", "test: a step slower by waiting")
-
-
 def test_the_gate_fails_a_git_revision_whose_step_waits(tmp_path):
-    slower = commit_with("streamlab/engine/engine.py", WAITING_STEP, tmp_path)
+    slower = commit_with(waiting_step(1.5), message="test: a step 1.5x slower by waiting")
     try:
         code, result = gate(tmp_path, files=[REPO / "scenarios" / "overlap_8.yaml"], rounds=8,
                             baseline="ref:HEAD", candidate=f"ref:{slower}")
     finally:  # a worktree per run of this test would pile up in .tools/compare
-        for rev in (slower, "HEAD"):
-            sha = subprocess.run(["git", "-C", str(REPO), "rev-parse", rev], capture_output=True, text=True).stdout
-            subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(WORKTREES / sha.strip()[:12])],
-                           capture_output=True)
+        remove_worktrees(slower, "HEAD")
     assert code == report.REGRESSION, result["headline"]
     assert any("gap_s" in f for f in regressions(result)), result["headline"]
 
