@@ -126,6 +126,9 @@ def _suite(console: Console, ctx, mode: str, pattern: str, update_baseline: bool
     parity_data, committed_data, unpaced_data = [], [], []
     modes = ["sim", "live"] if mode == "both" else [mode]
     files = sorted(p for p in SCENARIOS_DIR.glob("*.yaml") if any(k in p.stem for k in pattern.split(",")))
+    if not files:  # a gate that selected nothing must not read as one that passed
+        console.print(f"[red]no scenario in {SCENARIOS_DIR} matches -k {pattern!r}: nothing to run[/]", highlight=False)
+        return 2
     if parity_profile == "machine" and mode in ("both", "live"):
         _fit_machine_profile(console, ctx, files, refit)
     table = Table(title=f"streamlab scenario suite: {len(files)} scenarios, modes {', '.join(modes)}")
@@ -194,4 +197,7 @@ def _suite(console: Console, ctx, mode: str, pattern: str, update_baseline: bool
         (RESULTS / "parity.json").write_text(json.dumps(parity_data, indent=1) + "\n")
     console.print(f"{passed} passed, {failed} failed, {skipped} skipped in {time.perf_counter() - t0:.0f}s; "
                   f"results and timelines in results/scenarios/", highlight=False)
+    if not passed and not failed:
+        console.print("[red]every selected item was skipped: nothing ran, so nothing passed[/]", highlight=False)
+        return 2
     return 1 if failed else 0

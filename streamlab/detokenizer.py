@@ -57,10 +57,11 @@ class Detokenizer:
 class StopMatcher:
     """Finds stop strings across deltas; holds back text that could still begin one."""
 
-    def __init__(self, stops: list[str], across_tokens: bool = True) -> None:
+    def __init__(self, stops: list[str], across_tokens: bool = True, tail_after_stop: bool = False) -> None:
         self._stops = [s for s in stops if s]
         self._pending = ""
         self._across = across_tokens  # False only for a seeded defect (streamlab/defects.py)
+        self._tail = tail_after_stop  # True only for a seeded defect
 
     def push(self, delta: str) -> tuple[str, bool]:
         """(text safe to emit, whether a stop string matched). After a match, emit nothing more."""
@@ -68,7 +69,7 @@ class StopMatcher:
         hits = [i for i in (buf.find(s) for s in self._stops) if i >= 0]
         if hits:
             self._pending = ""
-            return buf[:min(hits)], True
+            return (buf if self._tail else buf[:min(hits)]), True
         hold = self._longest_stop_prefix_suffix(buf) if self._across else 0
         self._pending = buf[len(buf) - hold:] if hold else ""
         return buf[:len(buf) - hold], False
@@ -94,9 +95,10 @@ class TextStream:
     and anything after it are never emitted).
     """
 
-    def __init__(self, token_bytes: list[bytes], stops: list[str], across_tokens: bool = True) -> None:
+    def __init__(self, token_bytes: list[bytes], stops: list[str], across_tokens: bool = True,
+                 tail_after_stop: bool = False) -> None:
         self._detok = Detokenizer(token_bytes)
-        self._stops = StopMatcher(stops, across_tokens)
+        self._stops = StopMatcher(stops, across_tokens, tail_after_stop)
         self.deltas: list[str] = []
         self.stopped = False
 

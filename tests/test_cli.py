@@ -47,3 +47,10 @@ def test_bench_step_writes_json(tmp_path):
                  "--prompt-tokens", "16", "--json", str(out)]) == 0
     rows = json.loads(out.read_text())["rows"]
     assert [r["batch"] for r in rows] == [1, 4] and all(r["paged_over_contiguous"] > 0 for r in rows)
+
+
+def test_a_suite_that_selects_no_scenario_exits_non_zero_and_says_so(capsys):
+    from harness.cli import main as scenario_main
+
+    assert scenario_main(["suite", "--mode", "sim", "-k", "no_such_scenario_anywhere"]) == 2
+    assert "nothing to run" in capsys.readouterr().out

@@ -69,6 +69,39 @@ def test_references_to_unknown_groups_and_live_only_toxics_in_sim_are_refused(tm
     assert load(write(tmp_path, "net", text.replace("seed: 1", "seed: 1\nmodes: [live]"))).modes == ["live"]
 
 
+def test_every_mistake_of_a_file_is_reported_at_once_and_outcome_names_are_checked(tmp_path):
+    text = GOOD.format(name="many") + """\
+expect:
+  finish_reasons: {ghosts: {length: 1}, readers: {lenght: 2}}
+  outcomes_vary: {reason: under overload it varies, groups: [readers], allowed: [length, refusd]}
+"""
+    with pytest.raises(ScenarioError) as err:
+        load(write(tmp_path, "many", text))
+    lines = str(err.value).splitlines()
+    assert len(lines) == 4, lines
+    assert any("finish_reasons.ghosts: names unknown group 'ghosts'" in x for x in lines)
+    assert any("finish_reasons.readers.lenght: unknown outcome 'lenght'" in x for x in lines)
+    assert any("outcomes_vary.allowed.1: unknown outcome 'refusd'" in x for x in lines)
+    # counts and `outcomes_vary` for one group: the counts would go unchecked without a word
+    assert any("outcomes_vary.groups.0: 'readers' also has counts in finish_reasons" in x for x in lines)
+
+
+def test_a_server_error_is_never_an_expected_refusal(tmp_path):
+    from harness.judge.checks import finish_reasons
+    from harness.record.trace import StreamRecord
+    from tests.helpers import client_trace
+
+    text = GOOD.format(name="bad5").replace("behaviour: {kind: reader}", "behaviour: {kind: bad_request, send: "
+                                            "malformed_json, expect_status: 500, expect_error: x}")
+    with pytest.raises(ScenarioError, match="less than or equal to 499"):
+        load(write(tmp_path, "bad5", text))
+    scenario = load(write(tmp_path, "vary", GOOD.format(name="vary") + "expect: {outcomes_vary: {reason: it is "
+                                                                        "overload, groups: [readers], allowed: [length, refused]}}\n"))
+    streams = [StreamRecord("readers", i, "reader", "p", {}, status=status) for i, status in enumerate((429, 500))]
+    check = finish_reasons(scenario, client_trace("vary", "sim", streams))
+    assert not check.passed and "server_error" in check.details[0], check.line()
+
+
 def test_every_shipped_scenario_loads():
     files = sorted(SCENARIOS_DIR.glob("*.yaml"))
     assert len(files) >= 40

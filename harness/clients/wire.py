@@ -88,12 +88,15 @@ class StreamlabWire:
         if ev.event == "start":
             rec.start_at, rec.request_id, rec.prompt_tokens = now, data.get("id"), data.get("prompt_tokens")
         elif ev.event == "token":
+            if rec.ended_at is not None:
+                rec.after_end += 1
             rec.token_times.append(now)
             rec.token_ids.append(data["token_id"])
+            rec.token_indices.append(data.get("index", -1))
             rec.text += data["text"]
             return True
         elif ev.event == "done":
-            rec.finish, rec.ended_at = data["finish_reason"], now
+            rec.finish, rec.ended_at, rec.usage = data["finish_reason"], now, data.get("usage")
         elif ev.event == "error":
             rec.finish, rec.ended_at = data["error"]["type"], now
         return False
@@ -173,10 +176,11 @@ class OpenAIWire:
             rec.ended_at = now
             return False
         if data.get("usage"):
-            rec.prompt_tokens = data["usage"].get("prompt_tokens")
+            rec.prompt_tokens, rec.usage = data["usage"].get("prompt_tokens"), data["usage"]
         if rec.request_id is None and data.get("id"):
             rec.request_id = data["id"]
         token = False
+        ended = rec.ended_at is not None
         for choice in data.get("choices") or []:
             text = (choice.get("delta") or {}).get("content") if self.chat else choice.get("text")
             ids = choice.get("token_ids") or []
@@ -193,6 +197,8 @@ class OpenAIWire:
                 rec.token_ids.extend(ids)
                 rec.text += text
                 token = True
+        if token and ended:
+            rec.after_end += 1
         return token
 
 

@@ -3,6 +3,7 @@
 checks at import that its declarations and this list agree; the list lives here, below the
 judge, so that the format does not import the verdicts."""
 
-NAMES = ("finish_reasons", "healthy", "leak_free", "exactly_once", "identity", "goodput", "engine_faults",
+NAMES = ("finish_reasons", "healthy", "leak_free", "exactly_once", "identity", "text", "usage",
+         "event_order", "finish_agrees", "goodput", "engine_faults",
          "release_within", "waste", "resumption", "arrivals", "capacity_restored", "profile_drift", "latency",
          "regression", "parity")

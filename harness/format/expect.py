@@ -9,9 +9,13 @@ from typing import Annotated, Literal
 from pydantic import Field, model_validator
 
 from harness.format.check_names import NAMES
-from harness.format.strict import Strict
+from harness.format.strict import FieldProblem, Strict
 
-
+# What a stream can end as, in a scenario's words (finish_reasons' keys, outcomes_vary's allowed):
+# a normal finish, its client's own leaving, a refusal (a 4xx), or an error event our server sends.
+# A 5xx is `server_error`: counted, never expected away as a refusal.
+OUTCOMES = ("length", "eos", "stop", "client_left", "refused", "slow_client", "deadline_expired", "internal_error",
+            "cancelled", "shutting_down", "server_error", "incomplete")
 
 
 Metric = Literal["ttft_s", "gap_s", "completion_s"]
@@ -62,7 +66,7 @@ class OutcomesVary(Strict):
     each outcome must be one of `allowed`, and live and simulation need not agree on the counts."""
     reason: str = Field(min_length=10)
     groups: list[str] = Field(min_length=1)
-    allowed: list[str] = Field(min_length=1, description="outcomes: length, eos, stop, refused, or an error type")
+    allowed: list[str] = Field(min_length=1, description=f"outcomes, of {', '.join(OUTCOMES)}")
 
 
 class Expectations(Strict):
@@ -70,8 +74,7 @@ class Expectations(Strict):
     exactly_once: bool = True
     identity: bool = True
     finish_reasons: dict[str, dict[str, int]] = Field(
-        default_factory=dict, description="group -> {reason: count}; reasons: length, eos, stop, client_left, "
-                                          "refused, or an error type such as slow_client")
+        default_factory=dict, description=f"group -> {{outcome: count}}; outcomes: {', '.join(OUTCOMES)}")
     latency: list[LatencyBound] = Field(default_factory=list)
     release_within: ReleaseWithin | None = None
     waste: float | None = Field(None, gt=0, description="max tokens generated per token read, abandoned streams")
@@ -80,3 +83,24 @@ class Expectations(Strict):
     outcomes_vary: OutcomesVary | None = None
     goodput: dict[str, Annotated[float, Field(ge=0, le=1)]] = Field(
         default_factory=dict, description="group -> the least fraction of its requests that must meet its slo")
+
+    def outcome_problems(self) -> list[FieldProblem]:
+        """Outcome names checked when the file loads; a group given counts and also let vary is
+        refused (outcomes_vary would switch its counts off without a word)."""
+        problems = []
+        for group, counts in self.finish_reasons.items():
+            for outcome in counts:
+                if outcome not in OUTCOMES:
+                    problems.append(FieldProblem(("expect", "finish_reasons", group, outcome),
+                                                 f"unknown outcome {outcome!r}; expected one of {list(OUTCOMES)}"))
+        vary = self.outcomes_vary
+        for i, outcome in enumerate(vary.allowed if vary else []):
+            if outcome not in OUTCOMES:
+                problems.append(FieldProblem(("expect", "outcomes_vary", "allowed", i),
+                                             f"unknown outcome {outcome!r}; expected one of {list(OUTCOMES)}"))
+        for i, group in enumerate(vary.groups if vary else []):
+            if group in self.finish_reasons:
+                problems.append(FieldProblem(("expect", "outcomes_vary", "groups", i),
+                                             f"{group!r} also has counts in finish_reasons, which outcomes_vary would "
+                                             "not check; give the group one or the other"))
+        return problems

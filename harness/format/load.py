@@ -8,7 +8,7 @@ from pathlib import Path
 import yaml
 from pydantic import ValidationError
 
-from harness.format.strict import FieldProblem
+from harness.format.strict import FieldProblem, FieldProblems
 
 from harness.format.scenario import SCENARIOS_DIR, Scenario
 
@@ -72,10 +72,12 @@ def load(path: str | Path) -> Scenario:
         lines = []
         for err in exc.errors():
             problem = err.get("ctx", {}).get("error")
-            loc = tuple(err["loc"]) + (problem.loc if isinstance(problem, FieldProblem) else ())
-            msg = str(problem) if isinstance(problem, FieldProblem) else err["msg"]
-            field = ".".join(_field_part(p) for p in loc) or "(top level)"
-            lines.append(f"{path}:{_line_of(root, loc)}: {field}: {msg}")
+            each = problem.problems if isinstance(problem, FieldProblems) else [problem]
+            for one in each:
+                loc = tuple(err["loc"]) + (one.loc if isinstance(one, FieldProblem) else ())
+                msg = str(one) if isinstance(one, FieldProblem) else err["msg"]
+                field = ".".join(_field_part(p) for p in loc) or "(top level)"
+                lines.append(f"{path}:{_line_of(root, loc)}: {field}: {msg}")
         raise ScenarioError("\n".join(lines)) from None
     if scenario.name != path.stem:
         raise ScenarioError(f"{path}:{_line_of(root, ('name',))}: name: is {scenario.name!r}, expected the file's "

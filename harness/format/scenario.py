@@ -14,7 +14,7 @@ from pydantic import Field, create_model, field_validator, model_validator
 from harness.format.arrivals import Arrival, AtOnce, JoinWhile, TraceArrival
 from harness.format.behaviours import Behaviour
 from harness.format.expect import Expectations
-from harness.format.strict import FieldProblem, Strict
+from harness.format.strict import FieldProblem, FieldProblems, Strict
 from harness.format.toxics import ToxicSpec
 from harness.format.target import Target
 from streamlab.config import ServiceConfig
@@ -231,18 +231,21 @@ class Scenario(Strict):
 
     @model_validator(mode="after")
     def _references(self) -> "Scenario":
+        """What involves more than one field, every mistake gathered: a file is told all of them at once."""
+        problems: list[FieldProblem] = []
         preset = PRESETS.get(self.server.model)
         if preset is not None and preset.null and "sim" in self.modes:
-            raise FieldProblem(("modes",), "the null model runs live only (it has no simulated cost profile); "
-                                           "expected modes: [live]")
+            problems.append(FieldProblem(("modes",), "the null model runs live only (it has no simulated cost "
+                                                     "profile); expected modes: [live]"))
         engine_error = self.faults.engine_error if self.faults else None
         if engine_error is not None:
             if not self.server.lab:
-                raise FieldProblem(("faults", "engine_error"), "engine faults need server: {lab: true}")
+                problems.append(FieldProblem(("faults", "engine_error"), "engine faults need server: {lab: true}"))
             wanted = (engine_error.at_step, engine_error.rate, engine_error.seed)
             given = (self.server.fault_step, self.server.fault_rate, self.server.fault_seed)
             if given not in ((0, 0.0, 0), wanted):  # equal: a scenario dumped after this copy validates again
-                raise FieldProblem(("server", "fault_step"), "give faults in `faults:` or in `server:`, not both")
+                problems.append(FieldProblem(("server", "fault_step"),
+                                             "give faults in `faults:` or in `server:`, not both"))
             self.server = self.server.model_copy(update={"fault_step": engine_error.at_step,
                                                          "fault_rate": engine_error.rate,
                                                          "fault_seed": engine_error.seed})
@@ -250,63 +253,68 @@ class Scenario(Strict):
         known = set(names)
         for i, g in enumerate(self.groups):
             if g.name in names[:i]:
-                raise FieldProblem(("groups", i, "name"), f"group name {g.name!r} is used twice; names must be unique")
+                problems.append(FieldProblem(("groups", i, "name"),
+                                             f"group name {g.name!r} is used twice; names must be unique"))
         for i, g in enumerate(self.groups):
             if isinstance(g.arrival, JoinWhile) and g.arrival.group not in known - {g.name}:
-                raise FieldProblem(("groups", i, "arrival", "group"),
-                                   f"join_while names unknown group {g.arrival.group!r}; expected one of {names}")
+                problems.append(FieldProblem(("groups", i, "arrival", "group"), f"join_while names unknown group "
+                                             f"{g.arrival.group!r}; expected one of {names}"))
         for i, g in enumerate(self.groups):
             if isinstance(g.arrival, TraceArrival):
                 try:
                     g.arrival.rows(g.count)
                 except TraceFileError as exc:
-                    raise FieldProblem(("groups", i, "arrival", "trace"), str(exc)) from None
+                    problems.append(FieldProblem(("groups", i, "arrival", "trace"), str(exc)))
         for i, bound in enumerate(self.expect.latency):
             refs = [("group", bound.group)] + ([("baseline_group", bound.baseline_group)]
                                                if not bound.baseline_scenario else [])
             for key, ref in refs:
                 if ref is not None and ref not in known:
-                    raise FieldProblem(("expect", "latency", i, key),
-                                       f"names unknown group {ref!r}; expected one of {names}")
+                    problems.append(FieldProblem(("expect", "latency", i, key),
+                                                 f"names unknown group {ref!r}; expected one of {names}"))
         if "sim" in self.modes:
             if self.server.proxy is not None:
-                raise FieldProblem(("server", "proxy"), "a proxy can only run live; set modes: [live] "
-                                                       "(simulation has no reverse proxy)")
+                problems.append(FieldProblem(("server", "proxy"), "a proxy can only run live; set modes: [live] "
+                                                                 "(simulation has no reverse proxy)"))
             for i, g in enumerate(self.groups):
                 net = g.network
                 for j, t in enumerate(net.toxics if net else []):
                     if not t.simulated:
-                        raise FieldProblem(("groups", i, "network", "toxics", j, "type"),
-                                           f"{t.type} can only run live; set modes: [live] "
-                                           f"(simulation models latency and bandwidth)")
+                        problems.append(FieldProblem(("groups", i, "network", "toxics", j, "type"),
+                                                     f"{t.type} can only run live; set modes: [live] "
+                                                     f"(simulation models latency and bandwidth)"))
                 if net and net.down:
-                    raise FieldProblem(("groups", i, "network", "down"),
-                                       "down can only run live; set modes: [live] "
-                                       "(simulation models latency and bandwidth)")
+                    problems.append(FieldProblem(("groups", i, "network", "down"),
+                                                 "down can only run live; set modes: [live] "
+                                                 "(simulation models latency and bandwidth)"))
                 if net and net.windows:
-                    raise FieldProblem(("groups", i, "network", "windows"),
-                                       "windows can only run live; set modes: [live] "
-                                       "(simulation models latency and bandwidth)")
+                    problems.append(FieldProblem(("groups", i, "network", "windows"),
+                                                 "windows can only run live; set modes: [live] "
+                                                 "(simulation models latency and bandwidth)"))
         for i, ref in enumerate(self.expect.outcomes_vary.groups if self.expect.outcomes_vary else []):
             if ref not in known:
-                raise FieldProblem(("expect", "outcomes_vary", "groups", i),
-                                   f"names unknown group {ref!r}; expected one of {names}")
+                problems.append(FieldProblem(("expect", "outcomes_vary", "groups", i),
+                                             f"names unknown group {ref!r}; expected one of {names}"))
         for i, g in enumerate(self.groups):
             if g.request.ttft_deadline_ms == "slo" and (g.slo is None or (g.slo.ttft_ms is None and
                                                                           g.slo.ttft_x_lone is None)):
-                raise FieldProblem(("groups", i, "request", "ttft_deadline_ms"),
-                                   "`slo` needs the group's slo to give ttft_ms or ttft_x_lone")
+                problems.append(FieldProblem(("groups", i, "request", "ttft_deadline_ms"),
+                                             "`slo` needs the group's slo to give ttft_ms or ttft_x_lone"))
         for ref in self.expect.goodput:
             group = next((g for g in self.groups if g.name == ref), None)
             if group is None or group.slo is None:
-                raise FieldProblem(("expect", "goodput", ref), f"names {'unknown group' if group is None else 'a group without an slo'} "
-                                   f"{ref!r}; expected one of {[g.name for g in self.groups if g.slo]}")
+                what = "unknown group" if group is None else "a group without an slo"
+                problems.append(FieldProblem(("expect", "goodput", ref), f"names {what} {ref!r}; expected one of "
+                                             f"{[g.name for g in self.groups if g.slo]}"))
         for ref in self.expect.finish_reasons:
             if ref not in known:
-                raise FieldProblem(("expect", "finish_reasons", ref),
-                                   f"names unknown group {ref!r}; expected one of {names}")
+                problems.append(FieldProblem(("expect", "finish_reasons", ref),
+                                             f"names unknown group {ref!r}; expected one of {names}"))
         for i, ref in enumerate(self.expect.parity.groups if self.expect.parity else []):
             if ref not in known:
-                raise FieldProblem(("expect", "parity", "groups", i),
-                                   f"names unknown group {ref!r}; expected one of {names}")
+                problems.append(FieldProblem(("expect", "parity", "groups", i),
+                                             f"names unknown group {ref!r}; expected one of {names}"))
+        problems += self.expect.outcome_problems()
+        if problems:
+            raise FieldProblems(problems)
         return self

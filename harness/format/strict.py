@@ -16,3 +16,11 @@ class FieldProblem(ValueError):
     def __init__(self, loc: tuple, message: str) -> None:
         super().__init__(message)
         self.loc = loc
+
+
+class FieldProblems(ValueError):
+    """Every cross-field mistake of one file, raised together so the loader reports them at once."""
+
+    def __init__(self, problems: list[FieldProblem]) -> None:
+        super().__init__("; ".join(str(p) for p in problems))
+        self.problems = problems

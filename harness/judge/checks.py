@@ -7,6 +7,7 @@ from harness.record.trace import LEFT_BEHIND, NORMAL_FINISHES, Trace, goodput, h
 from harness.format.arrivals import JoinWhile
 from harness.format.scenario import Scenario
 from harness.judge import target_checks  # noqa: F401  (registers the checks read from outside a target)
+from harness.judge import wire_checks  # noqa: F401  (registers the checks on what a client reads)
 from harness.judge.registry import CHECKS, NATIVE, OUTSIDE, implements, settle, unobservable
 from harness.format.target import PROFILES
 
@@ -78,6 +79,8 @@ def identity(scenario: Scenario | None, trace: Trace, solo: dict[int, list[int] 
 
 def _observed_outcome(s, behaviour, refusals: dict) -> str:
     expected = behaviour.expected_refusal(refusals)
+    if s.status is not None and s.status >= 500:
+        return f"server_error_{s.status}_{s.error_type}"  # a server failing is never an expected refusal
     if expected is not None and s.status is not None and s.status != 200:
         status, error = expected
         if s.status == status and (error is None or s.error_type == error):
@@ -115,7 +118,7 @@ def finish_reasons(scenario: Scenario | None, trace: Trace, solo: dict | None = 
             want = merged
         if want is not None and dict(sorted(want.items())) != dict(sorted(got.items())):
             problems.append(f"{group.name}: expected {want}, got {got}")
-        elif want is None and ("incomplete" in got or any(k.startswith("refused_") for k in got)):
+        elif want is None and ("incomplete" in got or any(k.startswith(("refused_", "server_error")) for k in got)):
             problems.append(f"{group.name}: unexpected {got}")
     bound = "; ".join(f"{g}: {w}" for g, w in scenario.expect.finish_reasons.items()) or "no incomplete streams"
     return CheckResult("finish_reasons", not problems, "; ".join(figures), bound, problems)

@@ -68,6 +68,17 @@ CHECKS: tuple[CheckSpec, ...] = (
               why_not_on_target="it does not report releases per request"),
     CheckSpec("identity", "every stream's token ids equal its own request run alone (a prefix, for a stream that "
               "ended early); a mismatch names the first divergent token", lambda s: s.expect.identity, "clients"),
+    CheckSpec("text", "every stream's text is its token ids decoded (independently of the server), cut at the first "
+              "stop string; a stream that ended early read a prefix of it, short by at most a held-back stop prefix "
+              "and an unfinished character", _always, "clients"),
+    CheckSpec("usage", "a finished stream's usage counts the tokens its client read and its prompt's tokens",
+              _always, "clients"),
+    CheckSpec("event_order", "token events carry indices 0..n-1 once each (where the API numbers them) and none "
+              "comes after the end event", _always, "clients"),
+    CheckSpec("finish_agrees", "a finish reason agrees with what was read: `length` after max tokens, `stop` at the "
+              "token that completed the first stop string (or, on an OpenAI API, the end of text), `eos` on the "
+              "end-of-text token, and no stop string in the text of a stream that ended otherwise", _always,
+              "clients"),
     CheckSpec("goodput", "each group named in `expect.goodput` has at least that share of its requests within its "
               "`slo`", lambda s: bool(s.expect.goodput), "clients"),
     CheckSpec("engine_faults", "(a scenario with `faults`) at least one step failed, each stream finished normally "

@@ -39,6 +39,10 @@ class StreamRecord:
     event_ids: list[str] = field(default_factory=list)  # every SSE id read, over every connection
     cuts: list[float] = field(default_factory=list)  # a reconnector: when each connection ended early
     resumes: list[int] = field(default_factory=list)  # a reconnector: each reconnect's status (0: no connection)
+    # What the wire said besides tokens, for the wire contract checks (harness/judge/wire_checks.py):
+    token_indices: list[int] = field(default_factory=list)  # each token event's own index, as read (ours)
+    usage: dict | None = None  # the end's usage (ours: done's; OpenAI: the usage chunk's), as sent
+    after_end: int = 0  # token events read after the stream's end event
 
     @property
     def stopped_at(self) -> float | None:
@@ -51,6 +55,8 @@ class StreamRecord:
 
     @property
     def outcome(self) -> str:
+        if self.status is not None and self.status >= 500:
+            return "server_error"  # never a refusal, whatever a scenario expected (issue 39)
         if self.status is not None and self.status != 200:
             return "refused"
         if self.finish is not None:

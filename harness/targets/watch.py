@@ -150,7 +150,8 @@ class TargetWatch:
         t = self.server.target
         return {"name": t.name, "profile": t.profile, "api": t.api, "native_books": self.profile.native_books,
                 "gauges": self.profile.gauges.model_dump() if self.profile.gauges else None,
-                "token_ids": self.profile.token_ids, "refusals": {k: list(v) for k, v in self.profile.refusals.items()},
+                "token_ids": self.profile.token_ids, "model_known": t.url is None,  # we started it with our export
+                "refusals": {k: list(v) for k, v in self.profile.refusals.items()},
                 "poll_s": POLL_S, "poll_errors": self.poll_errors, "samples": self.samples,
                 "final": None if final is None else vars(final), "health_after": health,
                 "probe_before": self.probes.get("before"), "probe_after": self.probes["after"],

@@ -75,8 +75,11 @@ class Delivery:
             if stream is None or stream.finished:
                 self.books.counters["late_events_dropped"] += 1
                 continue
-            self._push(stream, "token", {"index": tok.index, "token_id": tok.token_id,
-                                         "text": stream.text.deltas[tok.index]})
+            index, text = tok.index, stream.text.deltas[tok.index]
+            if self.defect:  # lab only (streamlab/defects.py)
+                index += self.defect == "skipped_event_index" and tok.index >= 3
+                text = "" if self.defect == "dropped_text_delta" and tok.index == 2 else text
+            self._push(stream, "token", {"index": index, "token_id": tok.token_id, "text": text})
             stream.completion_tokens += 1
             touched[stream.request_id] = stream
         for fin in out.finished:
@@ -94,9 +97,11 @@ class Delivery:
                 tail = stream.text.flush()
                 if tail and stream.queue and stream.queue[-1].kind == "token":
                     stream.queue[-1].payload["text"] += tail
+                completion = fin.completion_tokens
+                completion -= self.defect == "usage_off_by_one" and completion > 3  # lab only
                 self._push(stream, "done", {
                     "finish_reason": fin.reason.value,
-                    "usage": {"prompt_tokens": stream.prompt_tokens, "completion_tokens": fin.completion_tokens}})
+                    "usage": {"prompt_tokens": stream.prompt_tokens, "completion_tokens": completion}})
             stream.finished = True
             touched[stream.request_id] = stream
         for stream in touched.values():

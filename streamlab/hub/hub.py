@@ -155,7 +155,8 @@ class Hub(Delivery, Backpressure, StepLoop):
             raise Overloaded(f"{self.waiting_limit} requests are already waiting for a slot; retry later")
         rid = f"req-{next(self._ids)}"
         text = TextStream(self._token_bytes, stops[:1] if self.defect == "first_stop_only" else stops,
-                          across_tokens=self.defect != "stop_across_tokens")
+                          across_tokens=self.defect != "stop_across_tokens",
+                          tail_after_stop=self.defect == "stop_tail_after_stop")
         stream = Stream(rid, len(prompt_ids), text, asyncio.Event(), asyncio.Event())
         self.engine.submit(rid, prompt_ids, params, stop_check=text)
         self._push(stream, "start", {"id": rid, "prompt_tokens": len(prompt_ids)})

@@ -19,7 +19,8 @@ class BadRequest(BehaviourModel):
     send: Literal["malformed_json", "wrong_type", "unknown_field", "too_many_tokens", "body_too_large",
                   "wrong_content_type", "empty_prompt", "lab_option", "missing_key", "wrong_key"] = Field(
         description="missing_key, wrong_key: a good body with no access key, or another one than the server's")
-    expect_status: int = Field(ge=400, le=599)
+    # A refusal is the client's error: a 5xx is the server failing, never what a bad request expects.
+    expect_status: int = Field(ge=400, le=499)
     expect_error: str
     owns_exchange: ClassVar[bool] = True
     refused: ClassVar[bool] = True
