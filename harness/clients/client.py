@@ -10,6 +10,7 @@ from collections.abc import Awaitable, Callable
 from harness.format.behaviours import READ_DEADLINE_S
 from harness.format.behaviours.base import Connection
 from harness.format.scenario import GroupSpec
+from harness.machine.lag import LoopLag
 from harness.record.trace import StreamRecord
 from harness.clients.wire import StreamlabWire, Wire
 from streamlab.sse import SSEEvent
@@ -134,12 +135,27 @@ CANCEL_TRIES = 20  # a client past the run's deadline is cancelled at most this 
 
 async def launch(planned, records: list[StreamRecord], scenario, clock: Callable[[], float],
                  opener_for: Callable[[object], Opener], progress=None, wire: Wire = StreamlabWire(),
-                 deadline_s: float | None = None) -> None:
+                 deadline_s: float | None = None, watch_lag: bool = False) -> dict:
     """Run every planned client at its arrival time (join_while: counted from the named group's
     first token), at most `max_clients_at_once` at a time. Shared by simulation and live mode.
     deadline_s: clients still running that long after the last one's planned arrival are stopped
     where they are, their records saying so (a stream the server never ends would otherwise keep
-    its reader on keep-alives for ever)."""
+    its reader on keep-alives for ever). Each record keeps when it was planned and due, so how late
+    the harness sent it is known; watch_lag (live: a real clock) also samples this loop's lag,
+    returned as {"p50", "p99", "max"} in ms ({} without)."""
+    if watch_lag:
+        async with LoopLag(LAG_PERIOD_S, clock) as lag:
+            await _launch(planned, records, scenario, clock, opener_for, progress, wire, deadline_s)
+        return {"p50": lag.ms(50), "p99": lag.ms(99), "max": lag.max_ms()}
+    await _launch(planned, records, scenario, clock, opener_for, progress, wire, deadline_s)
+    return {}
+
+
+LAG_PERIOD_S = 0.01  # the lag probe's sleep: 100 wake-ups a second, nothing beside 1,000 clients' reads
+
+
+async def _launch(planned, records: list[StreamRecord], scenario, clock: Callable[[], float],
+                  opener_for: Callable[[object], Opener], progress, wire: Wire, deadline_s: float | None) -> None:
     first_token = {g.name: asyncio.Event() for g in scenario.groups}
     # A group that ends with no token at all (every request refused: vLLM refuses a blocker whose
     # prompt and max_tokens pass its context) lets its joiners go at its end: they would wait forever.
@@ -151,11 +167,13 @@ async def launch(planned, records: list[StreamRecord], scenario, clock: Callable
         nonlocal finished
         if pc.group.arrival.kind == "join_while":
             await first_token[pc.group.arrival.group].wait()
-            delay = pc.at_s
+            record.planned_at = clock() + pc.at_s
         else:
-            delay = pc.at_s - clock()
-        await asyncio.sleep(max(0.0, delay))
+            record.planned_at = pc.at_s
+        await asyncio.sleep(max(0.0, record.planned_at - clock()))
+        held = slots.locked()  # every slot taken: waiting for one is the scenario's own limit, not lateness
         async with slots:
+            record.due_at = clock() if held else record.planned_at
             client = Client(pc.group, record, random.Random(pc.seed), clock, lambda g: first_token[g].set(), wire)
             try:
                 await client.run(with_headers(opener_for(pc), wire.headers), scenario.server.max_tokens_budget)

@@ -44,3 +44,10 @@ DRIFT = 1.25
 # At most this many live runs of a scenario: a minute of a shared machine spans two short runs.
 # A third costs a few seconds, only where two failed; a server that is slower fails all three.
 RUNS = 3
+
+# The harness's own schedule (issue 39): a run whose clients were sent later than planned, or whose
+# client loop woke late, measured another load than its scenario's, and read its tokens late; its
+# timing checks are then not observable (harness.judge.lateness), never passed. Sized in
+# docs/HARNESS.md ("Every bound and what sized it") from the library's live runs here.
+SEND_LATE_S = 0.25  # p99 of the clients' send lateness
+LOOP_LAG_S = 0.1  # p99 of the client loop's lag

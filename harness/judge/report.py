@@ -20,7 +20,11 @@ def _ms(value: float | None) -> str:
 def group_table(trace: Trace) -> Table:
     table = Table(title=f"{trace.scenario} [{trace.mode}] seed {trace.seed}: {trace.duration_s:.2f}s on the "
                         f"harness clock, {trace.wall_s:.1f}s wall")
-    for col in ("group", "n", "outcomes", "TTFT p50/p99 ms", "gap p50/p99 ms", "done p50/p99 ms", "tokens read"):
+    lag = trace.loop_lag_ms
+    if lag:
+        table.caption = f"client loop lag p50/p99/max {lag['p50']:.1f}/{lag['p99']:.1f}/{lag['max']:.1f} ms"
+    for col in ("group", "n", "outcomes", "TTFT p50/p99 ms", "gap p50/p99 ms", "done p50/p99 ms", "tokens read",
+                "sent late p50/p99/max ms", "TTFT from plan p50/p99 ms"):
         table.add_column(col, justify="left" if col in ("group", "outcomes") else "right")
     slos = trace.spec.slos() if trace.spec is not None else {}
     if slos:
@@ -32,6 +36,10 @@ def group_table(trace: Trace) -> Table:
         for metric in ("ttft_s", "gap_s", "completion_s"):
             values = metric_values(streams, metric)
             cells.append(f"{_ms(percentile(values, 50))}/{_ms(percentile(values, 99))}")
+        late = metric_values(streams, "send_lateness_s")
+        planned = metric_values(streams, "ttft_planned_s")
+        cells.append(f"{_ms(percentile(late, 50))}/{_ms(percentile(late, 99))}/{_ms(max(late, default=None))}")
+        cells.append(f"{_ms(percentile(planned, 50))}/{_ms(percentile(planned, 99))}")
         if slos:
             g = goodput(streams, slos[name]) if name in slos else None
             cells.append(f"{g['good']}/{g['requests']}, {g['per_s']:.2f}/s" if g else "-")

@@ -13,16 +13,17 @@ from harness.record.trace import percentile
 class LoopLag:
     """`async with LoopLag(period_s) as lag:` samples the running loop's lag until the block ends."""
 
-    def __init__(self, period_s: float) -> None:
+    def __init__(self, period_s: float, clock=time.monotonic) -> None:
         self.period_s = period_s
+        self.clock = clock  # the run's clock where it is not time.monotonic (a live server's offset)
         self.lags: list[float] = []
         self._task: asyncio.Task | None = None
 
     async def _watch(self) -> None:
         while True:
-            t = time.monotonic()  # not loop.time(): uvloop's counts whole ms (harness.live.loops)
+            t = self.clock()  # not loop.time(): uvloop's counts whole ms (harness.live.loops)
             await asyncio.sleep(self.period_s)
-            self.lags.append(time.monotonic() - t - self.period_s)
+            self.lags.append(self.clock() - t - self.period_s)
 
     async def __aenter__(self) -> "LoopLag":
         self._task = asyncio.get_running_loop().create_task(self._watch())

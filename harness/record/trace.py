@@ -43,6 +43,15 @@ class StreamRecord:
     token_indices: list[int] = field(default_factory=list)  # each token event's own index, as read (ours)
     usage: dict | None = None  # the end's usage (ours: done's; OpenAI: the usage chunk's), as sent
     after_end: int = 0  # token events read after the stream's end event
+    # Its send, as planned and as due: planned_at is the schedule's (join_while: from the named
+    # group's first token); due_at the same, or when a slot came free where max_clients_at_once
+    # held it back by design. sent_at - due_at is how late the harness sent it.
+    planned_at: float | None = None
+    due_at: float | None = None
+
+    @property
+    def send_lateness(self) -> float | None:
+        return None if self.sent_at is None or self.due_at is None else max(0.0, self.sent_at - self.due_at)
 
     @property
     def stopped_at(self) -> float | None:
@@ -164,6 +173,8 @@ class Trace(ServerBooks):
     # A sharded run's workers (harness.live.shards): each one's node, clients, clock offset to the
     # coordinator and that offset's bound (half its measuring round trip), loop lag.
     workers: list = field(default_factory=list)
+    # The client loop's own lag over the run (live, in this process: harness.machine.lag), in ms.
+    loop_lag_ms: dict = field(default_factory=dict)
 
     @classmethod
     def of(cls, books: ServerBooks, **run) -> "Trace":
@@ -235,6 +246,10 @@ def interquartile_mean(values: list[float]) -> float | None:
 def metric_values(streams: list[StreamRecord], metric: str) -> list[float]:
     if metric == "ttft_s":
         return [s.token_times[0] - s.sent_at for s in streams if s.token_times and s.sent_at is not None]
+    if metric == "ttft_planned_s":  # from the planned send: a harness that sent late shows here, not above
+        return [s.token_times[0] - s.due_at for s in streams if s.token_times and s.due_at is not None]
+    if metric == "send_lateness_s":
+        return [s.send_lateness for s in streams if s.send_lateness is not None]
     if metric == "gap_s":
         return [b - a for s in streams for a, b in zip(s.token_times, s.token_times[1:])]
     if metric == "completion_s":

@@ -32,19 +32,19 @@ def run_trace(scenario: Scenario, backend: Backend, progress=None,
     async def main() -> Trace:
         async with backend.serving(scenario) as server:
             deadline = scenario.run_deadline_s or backend.run_deadline_s
-            sharding = backend.sharding
+            sharding, lag = backend.sharding, {}
             if sharding is not None:  # the clients over worker processes (harness.live.shards)
                 await sharding.launch(planned, records, scenario, server, deadline)
             else:
-                await launch(planned, records, scenario, server.clock, server.opener_for, progress, server.wire,
-                             deadline)
+                lag = await launch(planned, records, scenario, server.clock, server.opener_for, progress,
+                                   server.wire, deadline, watch_lag=backend.mode == "live")
             end = server.clock()
             await server.settle(scenario.drain_s)
             books = await server.collect(readings)
             references = await server.references(planned, records)
         return Trace.of(books, scenario=scenario.name, mode=backend.mode, seed=scenario.seed,
                         spec=scenario, streams=records, duration_s=end,
-                        references=references or {},
+                        references=references or {}, loop_lag_ms=lag,
                         workers=[r.summary() for r in sharding.reports] if sharding is not None else [])
 
     t0 = time.perf_counter()
