@@ -27,4 +27,8 @@ DEFECTS: dict[str, str] = {
     "stop_tail_after_stop": "the token that completes a stop string sends the stop string and what follows it "
                             "(streamlab/detokenizer.py StopMatcher)",
     "skipped_event_index": "token event indices skip one after the third event (streamlab/hub/delivery.py)",
+    # Needs a stream paused by backpressure whose client then leaves: padded events, a small
+    # receive buffer and a slow reader that leaves (scenarios/slow_reader_pause_leave.yaml).
+    "paused_leaver_kept": "a client that hangs up while its stream is paused is never cancelled: the sequence "
+                          "stays paused, holding its blocks (streamlab/hub/hub.py close)",
 }

@@ -211,6 +211,24 @@ class Trace(ServerBooks):
 LEFT_BEHIND = ("blocks_reserved", "waiting", "running", "paused", "streams_registered")
 
 
+# The server states a run can reach, read from its books after the run (our server's; a target's
+# books say nothing of them). A search that never reaches a state cannot find its bugs: the swarm
+# reports which it reached, and the library has a file for each (docs/HARNESS.md).
+SERVER_STATES = ("paused", "dropped_slow", "resumed", "cancelled_waiting", "cancelled_running", "cancelled_paused",
+                 "fault_injected")
+
+
+def states_reached(trace: Trace) -> set[str]:
+    s = trace.server
+    cancelled = s.get("cancelled_while") or {}
+    slow = (s.get("cancellations") or {}).get("slow_client", 0)
+    reached = {"paused": s.get("streams_paused", 0), "dropped_slow": slow,
+               "resumed": s.get("streams_resumed", 0), "cancelled_waiting": cancelled.get("waiting", 0),
+               "cancelled_running": cancelled.get("running", 0), "cancelled_paused": cancelled.get("paused", 0),
+               "fault_injected": s.get("engine_step_errors", 0)}
+    return {state for state, count in reached.items() if count}
+
+
 def holds_nothing(trace: Trace) -> bool:
     """After the run drained: every block free, nothing waiting, running, paused or registered,
     no broken invariant."""

@@ -27,6 +27,11 @@ def run_swarm(console: Console, args) -> int:
             judge.close()
     console.print(f"swarm seed {args.seed}: {result.runs} scenarios in {result.seconds:.0f} s "
                   f"({result.per_minute:.0f} a minute), {result.passed} passed", highlight=False)
+    reached = result.states_reached
+    if reached:  # a state no run reached is one whose bugs this search could not find
+        console.print("server states reached (runs): " + ", ".join(f"{k} {v}" for k, v in reached.items() if v)
+                      + "; never reached: " + (", ".join(k for k, v in reached.items() if not v) or "none"),
+                      highlight=False)
     found = result.found
     if found is None:
         console.print("no failure found")

@@ -25,6 +25,7 @@ import yaml
 from harness.judge.checks import run_checks
 from harness.format.scenario import SCENARIOS_DIR, Scenario
 from harness.swarm.properties import swarm_properties
+from harness.record.trace import SERVER_STATES, states_reached
 from harness.record.verdict import CheckResult
 from harness.run.once import run_trace
 from harness.run.references import References
@@ -80,10 +81,12 @@ class Judge:
             self.backend = SimBackend(run_deadline_s=RUN_DEADLINE_S)
         self._run_trace = run_trace
         self.references = References()
+        self.last_states: set[str] = set()  # the server states the last run reached
 
     def failures(self, scenario: Scenario) -> list[CheckResult]:
         try:
             trace, planned = self._run_trace(scenario, self.backend)
+            self.last_states = states_reached(trace)
             solo = self.references.solo(scenario, planned, trace.streams) if scenario.expect.identity else {}
             results = [r for r in run_checks(scenario, trace, solo)
                        if r.name not in NOT_JUDGED and not _premise_only(r)]
@@ -115,6 +118,7 @@ class SwarmResult:
     found: Found | None
     passed: int = 0
     features_seen: dict[str, int] = field(default_factory=dict)
+    states_reached: dict[str, int] = field(default_factory=dict)  # server state -> runs that reached it
 
     @property
     def per_minute(self) -> float:
@@ -138,7 +142,7 @@ def search(seed: int, runs: int | None = None, time_s: float | None = None, defe
     shrink_runs = min(shrink_runs, getattr(judge, "shrink_runs", shrink_runs))
     verdicts: dict[str, list[CheckResult]] = {}
     state = {"runs": 0, "passed": 0, "first": None, "found_at": 0.0, "found_runs": 0, "best": None,
-             "features": {}}
+             "features": {}, "states": dict.fromkeys(SERVER_STATES, 0)}
     t0 = time.perf_counter()
 
     def searching() -> bool:
@@ -160,6 +164,8 @@ def search(seed: int, runs: int | None = None, time_s: float | None = None, defe
         state["runs"] += 1
         for word in scenario.description.split("features: ", 1)[-1].split(", "):
             state["features"][word] = state["features"].get(word, 0) + 1
+        for reached in getattr(judge, "last_states", ()):
+            state["states"][reached] += 1
         if not failed:
             state["passed"] += 1
             return False
@@ -183,7 +189,7 @@ def search(seed: int, runs: int | None = None, time_s: float | None = None, defe
     if state["best"] is not None:
         state["best"] = _without_spare_groups(*state["best"], judge, state)
     elapsed = time.perf_counter() - t0
-    result = SwarmResult(seed, state["runs"], elapsed, None, state["passed"], state["features"])
+    result = SwarmResult(seed, state["runs"], elapsed, None, state["passed"], state["features"], state["states"])
     if state["first"] is not None:
         best, failed = state["best"]
         result.found = Found(best, failed, state["first"], state["found_runs"], state["found_at"],

@@ -64,6 +64,8 @@ class BatchEngine(EngineInspection):
         self._tokens_generated = 0
         self._submitted = 0
         self._finished_by_reason: dict[str, int] = {r.value: 0 for r in FinishReason}
+        # The state each cancelled sequence was in: the states a test must reach to test their release.
+        self._cancelled_while: dict[str, int] = {"waiting": 0, "running": 0, "paused": 0}
 
     # ---- wishes: thread-safe, carried out by the next step ----
 
@@ -281,6 +283,8 @@ class BatchEngine(EngineInspection):
             if seq is None or seq.status is SequenceStatus.FINISHED:
                 continue  # ended already, or never existed: a late wish is harmless
             if wish.kind == "cancel":
+                state = "paused" if seq.paused else "waiting" if seq.status is SequenceStatus.WAITING else "running"
+                self._cancelled_while[state] += 1
                 self._finish(seq, FinishReason.CANCELLED, step, finished)
             elif wish.kind == "stop":
                 self._finish(seq, FinishReason.STOP, step, finished)

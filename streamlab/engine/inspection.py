@@ -27,6 +27,7 @@ class EngineInspection:
     _tokens_generated: int
     _submitted: int
     _finished_by_reason: dict[str, int]
+    _cancelled_while: dict[str, int]
 
     # ---- inspection ----
 
@@ -48,7 +49,7 @@ class EngineInspection:
                 double_release_attempts=self.blocks.ledger.double_release_attempts,
                 steps=self._steps, tokens_generated=self._tokens_generated,
                 requests_submitted=self._submitted, requests_finished=sum(self._finished_by_reason.values()),
-                finished_by_reason=dict(self._finished_by_reason))
+                finished_by_reason=dict(self._finished_by_reason), cancelled_while=dict(self._cancelled_while))
 
     def sizes(self) -> dict[str, int]:
         """Every per-request collection the engine keeps: all must stay bounded on a long-running server."""

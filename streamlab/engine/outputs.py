@@ -51,3 +51,4 @@ class EngineStats:
     requests_submitted: int
     requests_finished: int
     finished_by_reason: dict[str, int] = field(default_factory=dict)
+    cancelled_while: dict[str, int] = field(default_factory=dict)  # waiting, running, paused

@@ -36,6 +36,7 @@ class Backpressure:
             stream.stalled_s = 0.0
         if decision.action is Action.PAUSE:
             stream.paused = True
+            self.books.counters["streams_paused"] += 1
             self.engine.pause(stream.request_id)
         elif decision.action is Action.RESUME:
             stream.paused = False

@@ -24,7 +24,7 @@ class HubBooks:
         self.bytes_logged = 0
         self.on_release_delay: Callable[[float], None] | None = None  # metrics hook
         self.counters = {"requests_accepted": 0, "requests_refused": 0, "late_events_dropped": 0,
-                         "streams_closed": 0, "deadline_refused": 0}
+                         "streams_closed": 0, "deadline_refused": 0, "streams_paused": 0, "streams_resumed": 0}
         self.cancellations: dict[str, int] = {"client_gone": 0, "slow_client": 0, "shutting_down": 0,
                                               "internal_error": 0, "resume_expired": 0, "deadline_expired": 0}
 

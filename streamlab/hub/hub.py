@@ -181,6 +181,7 @@ class Hub(Delivery, Backpressure, StepLoop):
         were already taken; its own queue follows. Refused (a RequestError) before the first byte."""
         stream, replay = self.resumption.find(self._streams, last_event_id, self.clock())
         stream.attachment += 1  # a connection still attached stops at its next event
+        self.books.counters["streams_resumed"] += 1
         stream.detached_since = None
         stream.written(self.clock())  # the old connection's write no longer counts against the client
         if stream.expiry is not None:
@@ -218,7 +219,8 @@ class Hub(Delivery, Backpressure, StepLoop):
             stream.expiry.cancel()
             stream.expiry = None
         self.resumption.ended(stream, reason, self.clock())
-        if not stream.finished:
+        kept = self.defect == "paused_leaver_kept" and stream.paused and reason == "client_gone"  # lab only
+        if not stream.finished and not kept:
             self.engine.cancel(stream.request_id, closed_at=self.clock())
             self.books.cancelled(reason)
             self._wake()
@@ -266,6 +268,7 @@ class Hub(Delivery, Backpressure, StepLoop):
             "releases": engine.releases,
             "double_release_attempts": engine.double_release_attempts, "steps": engine.steps,
             "tokens_generated": engine.tokens_generated, "finished_by_reason": engine.finished_by_reason,
+            "cancelled_while": engine.cancelled_while,
             "cancellations": dict(self.books.cancellations), "policy": self.cfg.policy.value,
             "draining": self.draining, "healthy": self.failure is None,
             "engine_step_errors": self.engine.step_errors, "last_engine_error": self.engine.last_step_error,

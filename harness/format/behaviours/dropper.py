@@ -18,7 +18,15 @@ class Dropper(BehaviourModel):
     while_waiting: bool = False
     close: Literal["fin", "rst", "mixed"] = "fin"
     read_pause_s: float = Field(0.0, ge=0, description="sleep between reads: a slow reader that leaves early")
+    recv_buffer_bytes: int | None = Field(None, ge=1024, description="live: SO_RCVBUF, so a slow leaver's "
+                                                                     "backpressure reaches the server")
+    linger_s: float = Field(0.0, ge=0, description="after its last read it stops reading this long before it "
+                                                   "hangs up (a tab put away, then closed): backpressure meanwhile")
     leaves_early: ClassVar[bool] = True
+
+    @property
+    def socket_rcvbuf(self) -> int | None:
+        return self.recv_buffer_bytes
 
     @property
     def close_mode(self) -> str:
@@ -52,6 +60,8 @@ class Dropper(BehaviourModel):
                 client.note(await conn.read_events(1, READ_DEADLINE_S), conn)
                 if self.read_pause_s and len(rec.token_times) < limit:
                     await asyncio.sleep(self.read_pause_s)
+        if self.linger_s and not conn.ended:
+            await asyncio.sleep(self.linger_s)
         if not conn.ended or rec.finish is None:
             client.close(conn, how)
         return conn
