@@ -15,6 +15,7 @@ from rich.table import Table
 
 from harness.format.scenario import SCENARIOS_DIR
 from harness.format.load import ScenarioError, load
+from harness.record.trace import SERVER_STATES, states_reached
 
 
 
@@ -135,6 +136,7 @@ def _suite(console: Console, ctx, mode: str, pattern: str, update_baseline: bool
     for col in ("scenario", "mode", "result", "checks", "wall s", "what failed"):
         table.add_column(col, justify="right" if col == "wall s" else "left", no_wrap=col == "scenario")
     failed = passed = skipped = 0
+    reached: dict[str, int] = {}  # server state -> runs that reached it (harness.record.trace.states_reached)
     t0 = time.perf_counter()
     rows: dict[str, list[tuple]] = {p.stem: [] for p in files}  # the table's rows, in name order
     scenarios = []
@@ -175,6 +177,8 @@ def _suite(console: Console, ctx, mode: str, pattern: str, update_baseline: bool
                  f"{outcome.trace.wall_s:.1f}", "\n".join(outcome.failures() + outcome.left_out)))
             failed += not outcome.ok
             passed += outcome.ok
+            for state in states_reached(outcome.trace):
+                reached[state] = reached.get(state, 0) + 1
             if update_baseline and outcome.ok:
                 baselines.setdefault(scenario.name, {})[m] = baseline_figures(outcome.trace, outcome.sim)
     for stem in rows:
@@ -195,6 +199,10 @@ def _suite(console: Console, ctx, mode: str, pattern: str, update_baseline: bool
             console.print(parity_summary(committed_data, "the same live runs against the committed profile "
                                                          "(reported, not judged)"), highlight=False)
         (RESULTS / "parity.json").write_text(json.dumps(parity_data, indent=1) + "\n")
+    if reached or passed or failed:  # a state no run reached is one whose bugs these runs could not find
+        console.print("server states reached (runs): " + (", ".join(f"{k} {v}" for k, v in reached.items()) or "none")
+                      + "; never reached: " + (", ".join(k for k in SERVER_STATES if k not in reached) or "none"),
+                      highlight=False)
     console.print(f"{passed} passed, {failed} failed, {skipped} skipped in {time.perf_counter() - t0:.0f}s; "
                   f"results and timelines in results/scenarios/", highlight=False)
     if not passed and not failed:

@@ -28,6 +28,10 @@ def observability_rows() -> list[str]:
                 cells.append("not observable")
             elif check == "identity":
                 cells.append("token ids" if profile.token_ids else "text")
+            elif check == "text":  # decoded from the ids it sends (harness.judge.wire_checks)
+                cells.append("token ids" if profile.token_ids else "not observable (no token ids)")
+            elif check == "finish_agrees" and not profile.token_ids:
+                cells.append("length only (no token ids)")
             elif check in ("leak_free", "release_within") and not profile.native_books:
                 cells.append(f"gauges ({profile.gauges.source})")
             else:

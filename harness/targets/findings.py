@@ -89,5 +89,5 @@ for n, bound, seen in ((2, "3x", "held in two; over in a third, 0.4 ms"),
                    "client's read and not a step, and the bound's verdict rests on it; the step itself grows "
                    "with the slots"}
 
-CHECKS = ["finish_reasons", "identity", "latency", "leak_free", "exactly_once", "release_within", "waste",
-          "healthy", "capacity_restored"]
+CHECKS = ["finish_reasons", "identity", "text", "usage", "event_order", "finish_agrees", "latency", "leak_free",
+          "exactly_once", "release_within", "waste", "healthy", "capacity_restored"]
