@@ -31,12 +31,14 @@ CI_SEED, CI_SECONDS = 24, 110.0
 # Hypothesis; the budget allows 2x for an upgrade that draws differently.
 DEFECT_SEEDS = {"stop_across_tokens": (1, 233), "shared_seed_rng": (1, 94), "last_free_block": (1, 18),
                 "first_stop_only": (2, 81), "dropped_text_delta": (1, 3), "usage_off_by_one": (1, 3),
-                "stop_tail_after_stop": (1, 9), "skipped_event_index": (1, 3)}
+                "stop_tail_after_stop": (1, 9), "skipped_event_index": (1, 3), "paused_leaver_kept": (1, 200)}
 # stop_across_tokens took 233 runs in a process that had searched before it, and was not found
 # in 466 on a fresh clone's CI: Hypothesis's draws from one seed are not the same in every
 # process, so its count is not a bound to hold CI to. Its search runs with
 # STREAMLAB_SWARM_PROOF=1; its shrunk file is replayed in every run (below).
-SLOW_TO_FIND = {"stop_across_tokens"}
+# paused_leaver_kept needs a padded slow leaver with a small buffer that lingers: a 240 s search per
+# seed (docs/HARNESS.md gives how many of 5 seeds found it), too long for every CI run.
+SLOW_TO_FIND = {"stop_across_tokens", "paused_leaver_kept"}
 
 
 @pytest.mark.shares_cores  # draws and validates: no clock
