@@ -1,5 +1,4 @@
-"""pytest wiring: scenarios/*.yaml become scenario items (harness/collect.py); a long item says
-it is still running (harness/progress.py); under xdist only timing-free items share the cores
-(harness/cores_lock.py)."""
-
-pytest_plugins = ["harness.collect", "harness.progress", "harness.cores_lock"]
+"""pytest wiring: the plugin streamlab installs as a `pytest11` entry point (harness/pytest_plugin.py)
+makes scenarios/*.yaml scenario items, says when a long item is still running and lets only
+timing-free items share the cores under xdist. Nothing else is needed here: a project of its
+own gets the same from `pip install streamlab`."""

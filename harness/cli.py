@@ -31,7 +31,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("file", type=Path)
     run.add_argument("--mode", choices=["sim", "live"], default=None,
                      help="default: sim, or live when a --target is given")
-    suite = scen_sub.add_parser("suite", help="run every scenario in scenarios/ and print a report")
+    suite = scen_sub.add_parser("suite", help="run every scenario in a folder (default: the library, scenarios/) "
+                                              "and print a report")
+    suite.add_argument("folder", type=Path, nargs="?", default=None,
+                       help="a folder of scenario files, yours (default: the library)")
     suite.add_argument("--mode", choices=["sim", "live", "both"], default="both")
     for p in (run, suite):
         p.add_argument("--target", default=None,
@@ -79,7 +82,10 @@ def build_parser() -> argparse.ArgumentParser:
     swarm.add_argument("--target", default=None, help="run drawn scenarios live against this target (a name or a "
                                                       "loopback URL), judged by what its profile can observe")
     compare_command.add_parser(scen_sub)
-    scen_sub.add_parser("schema", help=f"write the JSON Schema of the format to {SCHEMA_PATH}")
+    schema = scen_sub.add_parser("schema", help="print the JSON Schema of the format (for an editor), or write it")
+    schema.add_argument("--write", type=Path, nargs="?", const=SCHEMA_PATH, default=None, metavar="PATH",
+                        help=f"write it to PATH instead; with no PATH to {SCHEMA_PATH} and the generated sections "
+                             "of scenarios/README.md (this repository's own, kept current by a test)")
     scen_sub.add_parser("targets-report", help="run the peer scenarios against every target that runs here "
                                                "and write docs/TARGETS.md")
     scen_sub.add_parser("baseline", help="refresh scenarios/baselines.json from the passing runs in results/scenarios")
@@ -97,9 +103,16 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     console = Console(width=None if sys.stdout.isatty() else 160)
     if args.scenario_command == "schema":
-        from harness.scenario_docs import write_readme
-        SCHEMA_PATH.write_text(json.dumps(json_schema(), indent=2) + "\n")
-        console.print(f"wrote {SCHEMA_PATH} and the generated sections of {write_readme()}")
+        text = json.dumps(json_schema(), indent=2) + "\n"
+        if args.write is None:
+            sys.stdout.write(text)
+            return 0
+        args.write.write_text(text)
+        if args.write == SCHEMA_PATH:
+            from harness.scenario_docs import write_readme
+            console.print(f"wrote {SCHEMA_PATH} and the generated sections of {write_readme()}")
+        else:
+            console.print(f"wrote {args.write}")
         return 0
     if args.scenario_command == "baseline":
         from harness.judge.baselines import BASELINES, figures_from_results, load_baselines, save_baselines

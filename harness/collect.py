@@ -1,4 +1,6 @@
-"""pytest plugin: every scenarios/*.yaml becomes items scenario[<name>-sim] and scenario[<name>-live].
+"""pytest plugin: every scenario file (by default each *.yaml in a folder named `scenarios`, or the
+globs of the `streamlab_scenarios` ini option) becomes items scenario[<name>-sim] and
+scenario[<name>-live]. Installed with streamlab as a `pytest11` entry point (harness/pytest_plugin.py).
 
 `pytest -k scenario`, `pytest -k "scenario and sim"` and `pytest -k slow_reader` select them.
 A file with a mistake is a collection error naming the file, line and field. The session owns
@@ -10,6 +12,7 @@ its own server port and Toxiproxy (harness.cores_lock).
 
 from __future__ import annotations
 
+from fnmatch import fnmatch
 from pathlib import Path
 
 import pytest
@@ -23,6 +26,9 @@ COMPARING = pytest.StashKey[tuple]()  # --compare-baseline: (the two sides, the 
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addini("streamlab_scenarios", type="linelist", default=[],
+                  help="globs of scenario files, relative to the rootdir, `*` matching across folders (default: "
+                       "every *.yaml in a folder named `scenarios`)")
     group = parser.getgroup("streamlab scenarios")
     group.addoption("--target", default=None, help="live items aim at this target (a name such as "
                     "transformers-serve or streamlab-openai, or a loopback URL) instead of each scenario's own server")
@@ -73,8 +79,23 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         config.stash[CONTEXT].close()  # a command target's server, kept across the session's runs
 
 
+def is_scenario_file(file_path: Path, rootdir: Path, globs: list[str]) -> bool:
+    """A scenario file by the `streamlab_scenarios` globs, or by default any *.yaml in a folder
+    named `scenarios` (a project's own, wherever it is)."""
+    if file_path.suffix not in (".yaml", ".yml"):
+        return False
+    if not globs:
+        return file_path.parent.name == "scenarios"
+    try:
+        relative = file_path.resolve().relative_to(rootdir.resolve())
+    except ValueError:
+        return False
+    return any(fnmatch(relative.as_posix(), g) for g in globs)  # fnmatch's `*` spans folders too
+
+
 def pytest_collect_file(file_path: Path, parent: pytest.Collector):
-    if file_path.suffix in (".yaml", ".yml") and file_path.parent.name == "scenarios":
+    config = parent.config
+    if is_scenario_file(file_path, config.rootpath, config.getini("streamlab_scenarios")):
         return ScenarioFile.from_parent(parent, path=file_path)
     return None
 

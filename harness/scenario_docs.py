@@ -1,6 +1,6 @@
 """The generated parts of scenarios/README.md, so that it stays complete for a first author: the
 checks table (from harness/judge/registry.py) and the field reference (every field of the format, from
-the JSON Schema that harness/format/'s models make). `streamlab scenario schema` writes
+the JSON Schema that harness/format/'s models make). `streamlab scenario schema --write` writes
 them with schema.json; tests/test_scenario.py fails when either is stale."""
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from harness.format.load import json_schema
 
 README = SCENARIOS_DIR / "README.md"
 MARKS = {  # section -> (begin, end) markers in the README
-    "checks": ("<!-- the checks table: written by `streamlab scenario schema` from harness/judge/registry.py -->",
+    "checks": ("<!-- the checks table: written by `streamlab scenario schema --write` from harness/judge/registry.py -->",
                "<!-- end of the checks table -->"),
-    "fields": ("<!-- the field reference: written by `streamlab scenario schema` from the models -->",
+    "fields": ("<!-- the field reference: written by `streamlab scenario schema --write` from the models -->",
                "<!-- end of the field reference -->"),
 }
 

@@ -14,7 +14,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from harness.format.scenario import SCENARIOS_DIR
-from harness.format.load import ScenarioError, load
+from harness.format.load import ScenarioError, load, load_by_name
 from harness.record.trace import SERVER_STATES, states_reached
 
 
@@ -38,7 +38,19 @@ def run_or_suite(console: Console, args, ctx, target) -> int:
         outcome = _run(console, scenario, mode, ctx)
         _print_outcome(console, outcome)
         return 0 if outcome.ok else 1
-    return _suite(console, ctx, args.mode, args.pattern, args.update_baseline, args.parity_profile, args.refit)
+    folder = args.folder or SCENARIOS_DIR
+    if not folder.is_dir():
+        console.print(f"[red]{escape(str(folder))}: not a folder of scenario files[/]", highlight=False)
+        return 2
+    if folder.resolve() != SCENARIOS_DIR.resolve() and args.update_baseline:
+        console.print("[red]--update-baseline writes the library's scenarios/baselines.json: it takes no folder "
+                      "(a folder of your own is gated with `streamlab scenario compare`)[/]", highlight=False)
+        return 2
+    if folder.resolve() != SCENARIOS_DIR.resolve():  # a baseline scenario's name: theirs first, then the library's
+        ctx.loader = lambda name: load(folder / f"{name}.yaml") if (folder / f"{name}.yaml").exists() \
+            else load_by_name(name)
+    return _suite(console, ctx, args.mode, args.pattern, args.update_baseline, args.parity_profile, args.refit,
+                  folder)
 
 
 HEARTBEAT_S = 15.0  # a CI log hears from a run still going this often (and from none quicker)
@@ -114,7 +126,7 @@ def _print_outcome(console: Console, outcome) -> None:
 
 
 def _suite(console: Console, ctx, mode: str, pattern: str, update_baseline: bool = False,
-           parity_profile: str = "machine", refit: bool = False) -> int:
+           parity_profile: str = "machine", refit: bool = False, folder=SCENARIOS_DIR) -> int:
     from harness.judge.baselines import load_baselines, save_baselines
     from harness.judge.report import parity_summary, parity_table
     from harness.run.runner import refused_here
@@ -126,9 +138,10 @@ def _suite(console: Console, ctx, mode: str, pattern: str, update_baseline: bool
         ctx.baselines = {}  # the figures being refreshed are not a gate for themselves
     parity_data, committed_data, unpaced_data = [], [], []
     modes = ["sim", "live"] if mode == "both" else [mode]
-    files = sorted(p for p in SCENARIOS_DIR.glob("*.yaml") if any(k in p.stem for k in pattern.split(",")))
+    files = sorted(p for p in [*folder.glob("*.yaml"), *folder.glob("*.yml")]
+                   if any(k in p.stem for k in pattern.split(",")))
     if not files:  # a gate that selected nothing must not read as one that passed
-        console.print(f"[red]no scenario in {SCENARIOS_DIR} matches -k {pattern!r}: nothing to run[/]", highlight=False)
+        console.print(f"[red]no scenario in {folder} matches -k {pattern!r}: nothing to run[/]", highlight=False)
         return 2
     if parity_profile == "machine" and mode in ("both", "live"):
         _fit_machine_profile(console, ctx, files, refit)

@@ -111,7 +111,7 @@ def test_every_shipped_scenario_loads():
 
 def test_published_json_schema_is_current():
     published = json.loads((SCENARIOS_DIR / "schema.json").read_text())
-    assert published == json_schema(), "run `streamlab scenario schema` and commit scenarios/schema.json"
+    assert published == json_schema(), "run `streamlab scenario schema --write` and commit scenarios/schema.json"
 
 
 def test_the_readmes_checks_table_and_field_reference_are_current():
@@ -119,7 +119,7 @@ def test_the_readmes_checks_table_and_field_reference_are_current():
     every field of the format (from the schema) is in it as the code declares it now."""
     from harness.scenario_docs import README, generated
     text = README.read_text()
-    assert generated(text) == text, "run `streamlab scenario schema` and commit scenarios/README.md"
+    assert generated(text) == text, "run `streamlab scenario schema --write` and commit scenarios/README.md"
 
 
 def _section(text: str, title: str) -> str:

@@ -1,7 +1,7 @@
 """The scenario format: pydantic models, load(), and errors that name the file, line and field.
 
 One scenario per YAML file, its `name` equal to the file's stem. `scenarios/schema.json` is
-generated from these models (`streamlab scenario schema`) for editors; a test keeps it current.
+generated from these models (`streamlab scenario schema --write`) for editors; a test keeps it current.
 """
 
 from __future__ import annotations

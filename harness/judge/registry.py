@@ -4,7 +4,7 @@ it is observed on a server that is not our own.
 Read from here: the scenario schema's CheckName (so any check can be a negative control), the
 dispatcher (harness/judge/checks.run_checks, which runs the implementations registered below by name),
 what a target cannot show (unobservable, below) and the checks table in scenarios/README.md
-(harness/scenario_docs.py; `streamlab scenario schema` writes it, a test fails when it is stale).
+(harness/scenario_docs.py; `streamlab scenario schema --write` writes it, a test fails when it is stale).
 
 One rule for every check, applied in one place (`settle`): a check that compared nothing is not
 observable, never passed.
