@@ -54,3 +54,18 @@ def test_a_suite_that_selects_no_scenario_exits_non_zero_and_says_so(capsys):
 
     assert scenario_main(["suite", "--mode", "sim", "-k", "no_such_scenario_anywhere"]) == 2
     assert "nothing to run" in capsys.readouterr().out
+
+
+def test_a_suite_runs_a_folder_of_ones_own_and_the_schema_prints(tmp_path, capsys):
+    from harness.cli import main as scenario_main
+
+    (tmp_path / "mine.yaml").write_text("name: mine\nseed: 1\nmodes: [sim]\ngroups:\n  - name: readers\n    count: 2\n"
+                                        "    request: {max_new_tokens: 4}\n    behaviour: {kind: reader}\n"
+                                        "expect:\n  finish_reasons: {readers: {length: 2}}\n")
+    assert scenario_main(["suite", str(tmp_path), "--mode", "sim"]) == 0
+    out = capsys.readouterr().out
+    assert "1 scenarios" in out and "1 passed, 0 failed" in out, out
+    assert scenario_main(["suite", str(tmp_path), "--mode", "sim", "--update-baseline"]) == 2
+    capsys.readouterr()
+    assert scenario_main(["schema"]) == 0
+    assert json.loads(capsys.readouterr().out)["title"] == "streamlab scenario"

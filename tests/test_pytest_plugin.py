@@ -62,3 +62,14 @@ def test_a_project_of_its_own_runs_its_scenario_files_with_pytest_after_pip_inst
     where = subprocess.run([sys.executable, "-c", "import harness.collect as c; print(c.__file__)"], cwd=project,
                            env=env, capture_output=True, text=True, timeout=60).stdout
     assert where.startswith(str(tmp_path / "site")), where
+
+
+def test_scenario_files_by_default_are_in_a_folder_named_scenarios_and_otherwise_by_the_ini_globs(tmp_path):
+    from harness.collect import is_scenario_file
+
+    assert is_scenario_file(tmp_path / "scenarios" / "a.yaml", tmp_path, [])
+    assert not is_scenario_file(tmp_path / "checks" / "a.yaml", tmp_path, [])
+    assert is_scenario_file(tmp_path / "checks" / "a.yaml", tmp_path, ["checks/*.yaml"])
+    assert is_scenario_file(tmp_path / "checks" / "deep" / "a.yml", tmp_path, ["checks/*"])
+    assert not is_scenario_file(tmp_path / "scenarios" / "a.yaml", tmp_path, ["checks/*.yaml"])
+    assert not is_scenario_file(tmp_path / "checks" / "a.py", tmp_path, ["checks/*"])
