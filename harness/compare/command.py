@@ -49,7 +49,7 @@ def sides_of(args: argparse.Namespace) -> dict[str, Side]:
 def run(console: Console, args: argparse.Namespace) -> int:
     # The runs and the statistics (torch, scipy) load only for this command, not for every parse.
     from harness.compare import report
-    from harness.compare.gate import ScenarioGate, Settings, SideRuns, gate_scenario
+    from harness.compare.gate import ScenarioGate, Settings, SideRuns, finish, gate_scenario
     from harness.format.load import load
     from harness.run.references import References
 
@@ -76,6 +76,7 @@ def run(console: Console, args: argparse.Namespace) -> int:
         except (RuntimeError, OSError) as exc:  # a side's server that would not start, a lost socket
             console.print(f"[red]compare {scenario.name}: {exc}[/]")
             gates.append(ScenarioGate(scenario.name, SideRuns(), SideRuns(), refused=f"could not run: {exc}"))
+    finish(gates, settings)
     console.print(report.table(gates, labels))
     for path in report.write(gates, labels, settings, args.out):
         console.print(f"wrote {path}")

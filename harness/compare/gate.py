@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from harness.compare.sides import Side
-from harness.compare.stats import Judged, figures, judge, least_rounds, smallest_detectable
+from harness.compare.stats import Judged, figures, holm, judge, least_rounds, smallest_detectable
 from harness.format.scenario import Scenario
 from harness.judge.checks import run_checks
 from harness.live.backend import live_unavailable
@@ -41,6 +41,7 @@ class ScenarioGate:
     dropped: list[str] = field(default_factory=list)  # figures not judged, and why
     refused: str | None = None  # could not run here (why)
     notes: list[str] = field(default_factory=list)  # e.g. the load a relative scenario was given
+    aa: bool = False  # both sides the same: every regression would be a false alarm
 
     @property
     def outcomes_broken(self) -> bool:
@@ -134,6 +135,30 @@ def gate_scenario(scenario: Scenario, sides: dict[str, Side], settings: Settings
         if judged.rounds < least_rounds(settings.alpha):  # rounds with a zero figure drop out of the pairs
             out.dropped.append(f"{figure}: {judged.rounds} rounds with a value, too few to reach alpha")
         out.judged.append(judged)
-        if sides["baseline"].label == sides["candidate"].label:
-            out.detectable[figure] = smallest_detectable(figure, base, cand, settings.alpha, settings.threshold)
+    out.aa = sides["baseline"].label == sides["candidate"].label
     return out
+
+
+def finish(gates: list[ScenarioGate], settings: Settings) -> None:
+    """Every figure of the gate judged as one family (stats.holm): a gate of m figures reports a
+    regression only where a figure's p reaches Holm's level, so an unchanged server is flagged in at
+    most alpha of gates. Where the rounds cannot reach alpha / m at all, the gate could never report
+    one: it says so and does not pass. An A/A gate's smallest detectable slowdown per figure is
+    read at the first level, alpha / m."""
+    judged = [j for g in gates for j in g.judged]
+    m = len(judged)
+    if not m:
+        return
+    corrected = iter(holm(judged, settings.alpha, settings.threshold))
+    need = least_rounds(settings.alpha / m)
+    for g in gates:
+        g.judged = [next(corrected) for _ in g.judged]
+        if need > settings.rounds and not g.refused:
+            g.refused = (f"{settings.rounds} rounds cannot reach alpha {settings.alpha:g} over the gate's {m} figures "
+                         f"(Holm's first level, alpha/{m}): give --rounds {need} or more")
+        if g.aa:
+            for j in g.judged:
+                base = [f[j.figure] for f in g.baseline.figures]
+                cand = [f[j.figure] for f in g.candidate.figures]
+                g.detectable[j.figure] = smallest_detectable(j.figure, base, cand, settings.alpha / m,
+                                                             settings.threshold)
