@@ -52,9 +52,16 @@ def tokenizer_known(scenario: Scenario, trace: Trace) -> str | None:
     return None
 
 
-def _decoded(ids: list[int]) -> str:
-    table, _ = _shipped()
-    return b"".join(table[t] if 0 <= t < len(table) else b"" for t in ids).decode("utf-8", errors="replace")
+def _decoded(ids: list[int], special: bool = True) -> str:
+    """The ids' text; special=False: without the end-of-text token's own text (an OpenAI server's
+    skip_special_tokens, vLLM's default, leaves it out wherever it comes)."""
+    table, eos = _shipped()
+    return b"".join(table[t] if 0 <= t < len(table) and (special or t != eos) else b""
+                    for t in ids).decode("utf-8", errors="replace")
+
+
+def _openai(trace: Trace) -> bool:
+    return trace.target is not None and trace.target.get("api") != "streamlab"
 
 
 def _stop_at(text: str, stops: list[str]) -> int | None:
@@ -77,18 +84,20 @@ def text(scenario: Scenario | None, trace: Trace, solo: dict | None = None) -> C
     unknown = tokenizer_known(scenario, trace)
     if unknown:
         return CheckResult("text", True, f"not decoded: {unknown}", bound, compared=0)
-    _, eos = _shipped()
     problems, compared = [], 0
     for s in _streams_read(trace):
         if not s.token_ids:
             continue  # a target that gives no ids: nothing to decode
         compared += 1
         stops = [w for w in s.request.get("stop") or [] if w]
-        full = _decoded(s.token_ids)
-        cut = _stop_at(full, stops)
-        expected = full if cut is None else full[:cut]
+        allowed = set()
         # An OpenAI server may leave the end-of-text token's own text out (skip_special_tokens).
-        allowed = {expected} | ({_decoded(s.token_ids[:-1])} if s.token_ids[-1] == eos and cut is None else set())
+        for full in {_decoded(s.token_ids)} | ({_decoded(s.token_ids, special=False)} if _openai(trace) else set()):
+            cut = _stop_at(full, stops)
+            allowed.add(full if cut is None else full[:cut])
+        expected = _decoded(s.token_ids)
+        cut = _stop_at(expected, stops)
+        expected = expected if cut is None else expected[:cut]
         if s.finish in NORMAL_FINISHES:
             if s.text not in allowed:
                 k = next((j for j, (a, b) in enumerate(zip(expected, s.text)) if a != b),
@@ -109,15 +118,20 @@ def usage(scenario: Scenario | None, trace: Trace, solo: dict | None = None) -> 
     unknown = tokenizer_known(scenario, trace)
     # A chat route's prompt is its template around the message: its count is the server's to say.
     chat = trace.target is not None and trace.target.get("api") == "openai-chat"
-    problems, compared = [], 0
+    problems, compared, bundled = [], 0, 0
     for s in _streams_read(trace):
         if s.usage is None or s.finish not in NORMAL_FINISHES:
             continue
         compared += 1
-        read = len(s.token_ids) or len(s.token_times)
         said = s.usage.get("completion_tokens")
-        if said != read:
-            problems.append(f"{_who(s)}: usage says {said} completion tokens, the client read {read}")
+        if s.token_ids and said != len(s.token_ids):
+            problems.append(f"{_who(s)}: usage says {said} completion tokens, the client read {len(s.token_ids)}")
+        elif not s.token_ids and (said is None or said < len(s.token_times)):
+            # Without ids a client counts chunks, each at least one token: fewer tokens than chunks
+            # cannot be. More is a server that bundles tokens into a chunk (counted in the figure).
+            problems.append(f"{_who(s)}: usage says {said} completion tokens, the client read {len(s.token_times)} "
+                            "chunks with text")
+        bundled += not s.token_ids and said is not None and said > len(s.token_times)
         prompt = s.usage.get("prompt_tokens")
         counted = None if unknown or chat else _prompt_tokens(s.prompt)
         if counted is not None and prompt != counted:
@@ -125,8 +139,11 @@ def usage(scenario: Scenario | None, trace: Trace, solo: dict | None = None) -> 
         elif s.prompt_tokens is not None and prompt != s.prompt_tokens:
             problems.append(f"{_who(s)}: usage says {prompt} prompt tokens, its start said {s.prompt_tokens}")
     prompts = "its prompt's " + ("start event" if unknown or chat else "token count")
-    return CheckResult("usage", not problems, f"{compared - len(problems)}/{compared} finished streams' usage agrees",
-                       f"completion tokens = tokens read, prompt tokens = {prompts}", problems, compared=compared)
+    more = f"; {bundled} carried more tokens than chunks (no token ids: bundled)" if bundled else ""
+    return CheckResult("usage", not problems,
+                       f"{compared - len(problems)}/{compared} finished streams' usage agrees{more}",
+                       f"completion tokens = tokens read (no token ids: at least the chunks read), prompt tokens = "
+                       f"{prompts}", problems, compared=compared)
 
 
 @implements("event_order")
@@ -148,7 +165,7 @@ def event_order(scenario: Scenario | None, trace: Trace, solo: dict | None = Non
 def finish_agrees(scenario: Scenario | None, trace: Trace, solo: dict | None = None) -> CheckResult:
     """length: max tokens read; a stop string ends the stream at once (`stop`); eos: the last token
     is the end of text. On an OpenAI API `stop` is also the end of text."""
-    openai = trace.target is not None and trace.target.get("api") != "streamlab"
+    openai = _openai(trace)
     decodes = tokenizer_known(scenario, trace) is None
     eos = _shipped()[1] if decodes else None
     problems, compared = [], 0
@@ -156,7 +173,9 @@ def finish_agrees(scenario: Scenario | None, trace: Trace, solo: dict | None = N
         if s.finish not in NORMAL_FINISHES:
             continue
         compared += 1
-        read, most = len(s.token_ids) or len(s.token_times), s.request.get("max_new_tokens")
+        # tokens read: the ids, or where the API gives none its usage (a chunk may carry several)
+        read = len(s.token_ids) or (s.usage or {}).get("completion_tokens") or len(s.token_times)
+        most = s.request.get("max_new_tokens")
         if s.finish == "length" and read != most:
             problems.append(f"{_who(s)}: ended with 'length' after {read} of {most} tokens")
         if not (decodes and s.token_ids):
