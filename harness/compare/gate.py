@@ -140,22 +140,21 @@ def gate_scenario(scenario: Scenario, sides: dict[str, Side], settings: Settings
 
 
 def finish(gates: list[ScenarioGate], settings: Settings) -> None:
-    """Every figure of the gate judged as one family (stats.holm): a gate of m figures reports a
+    """Each scenario's figures judged as one family (stats.holm): a scenario of m figures reports a
     regression only where a figure's p reaches Holm's level, so an unchanged server is flagged in at
-    most alpha of gates. Where the rounds cannot reach alpha / m at all, the gate could never report
-    one: it says so and does not pass. An A/A gate's smallest detectable slowdown per figure is
-    read at the first level, alpha / m."""
-    judged = [j for g in gates for j in g.judged]
-    m = len(judged)
-    if not m:
-        return
-    corrected = iter(holm(judged, settings.alpha, settings.threshold))
-    need = least_rounds(settings.alpha / m)
+    most alpha of its gates, whether it is gated alone (a pytest item) or beside others (each
+    scenario its own family: a gate of k scenarios at most k x alpha). Where the rounds cannot reach
+    alpha / m at all, the scenario could never report one: it says so and does not pass. An A/A
+    gate's smallest detectable slowdown per figure is read at the first level, alpha / m."""
     for g in gates:
-        g.judged = [next(corrected) for _ in g.judged]
+        m = len(g.judged)
+        if not m:
+            continue
+        g.judged = holm(g.judged, settings.alpha, settings.threshold)
+        need = least_rounds(settings.alpha / m)
         if need > settings.rounds and not g.refused:
-            g.refused = (f"{settings.rounds} rounds cannot reach alpha {settings.alpha:g} over the gate's {m} figures "
-                         f"(Holm's first level, alpha/{m}): give --rounds {need} or more")
+            g.refused = (f"{settings.rounds} rounds cannot reach alpha {settings.alpha:g} over {g.scenario}'s {m} "
+                         f"figures (Holm's first level, alpha/{m}): give --rounds {need} or more")
         if g.aa:
             for j in g.judged:
                 base = [f[j.figure] for f in g.baseline.figures]

@@ -10,10 +10,11 @@ test (paired, no assumption of normality; exact without ties, a permutation test
 Both come from scipy.stats.
 
 A figure is a regression when the test is significant and the effect is worse than the threshold;
-an improvement likewise the other way. The gate fails on any figure, so its figures are one family:
-Holm's step-down holds the chance that an unchanged server is flagged to alpha per gate, whatever
-the figures' dependence (`holm`). Uncorrected, alpha per figure over 24 figures let 1 of 10 A/A
-gates here flag one (disconnect_fin_mid's droppers' TTFT p50, 1.16x, p 0.0034; docs/COMPARE.md).
+an improvement likewise the other way. A scenario fails on any of its figures, so they are one
+family: Holm's step-down holds the chance that an unchanged server is flagged to alpha per scenario,
+whatever the figures' dependence (`holm`). Uncorrected, alpha per figure let 1 of 10 A/A gates here
+(3 scenarios, 24 figures) flag one (disconnect_fin_mid's droppers' TTFT p50, 1.16x, p 0.0034;
+docs/COMPARE.md).
 """
 
 from __future__ import annotations
