@@ -70,8 +70,8 @@ def test_rounds_too_few_for_alpha_are_refused_and_the_detectable_effect_is_measu
 
 
 @pytest.mark.shares_cores
-def test_a_gates_figures_are_one_family_and_too_few_rounds_for_it_do_not_pass():
-    """Holm over the gate's figures: the A/A false alarm seen here (one of 24 figures, 1.16x at p
+def test_a_scenarios_figures_are_one_family_and_too_few_rounds_for_it_do_not_pass():
+    """Holm over a scenario's figures: the A/A false alarm seen here (one of 24 figures, 1.16x at p
     0.0034) is not reported, a slowdown every round shows still is; a gate whose rounds cannot
     reach alpha / m says so and does not pass."""
     from dataclasses import replace
