@@ -82,3 +82,15 @@ def as_mode(trace, mode: str = "live"):
     """The trace, its mode set (a simulated trace read as a live one)."""
     trace.mode = mode
     return trace
+
+
+def skip_unless_live(scenario_name: str) -> None:
+    """Skip the calling test, saying why, where a live run of this library scenario cannot run here."""
+    import pytest
+
+    from harness.format.load import load_by_name
+    from harness.live.backend import live_unavailable
+
+    reason = live_unavailable(load_by_name(scenario_name))
+    if reason:
+        pytest.skip(reason)

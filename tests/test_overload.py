@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from benchmarks.overload import figures
-from harness.format.load import load_by_name
+from tests.helpers import skip_unless_live
 
 
 def check(f: dict[str, dict], control_holds: bool = True) -> None:
@@ -32,9 +32,5 @@ def test_the_deadline_rule_beats_the_waiting_limit_in_simulation():
 
 
 def test_the_deadline_rule_beats_the_waiting_limit_live():
-    from harness.live.backend import live_unavailable
-
-    reason = live_unavailable(load_by_name("overload_deadline"))
-    if reason:
-        pytest.skip(reason)
+    skip_unless_live("overload_deadline")
     check(figures("live"))

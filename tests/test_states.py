@@ -10,7 +10,7 @@ import pytest
 from harness.format.load import load_by_name
 from harness.record.trace import SERVER_STATES, states_reached
 from harness.run import runner
-from tests.helpers import client_trace
+from tests.helpers import client_trace, skip_unless_live
 
 SCENARIO = "slow_reader_pause_leave"
 
@@ -46,9 +46,5 @@ def test_a_paused_stream_whose_client_leaves_is_released_and_the_defect_is_caugh
 
 
 def test_a_paused_stream_whose_client_leaves_is_released_and_the_defect_is_caught_live():
-    from harness.live.backend import live_unavailable
-
-    reason = live_unavailable(load_by_name(SCENARIO))
-    if reason:
-        pytest.skip(reason)
+    skip_unless_live(SCENARIO)
     _caught("live")

@@ -11,7 +11,7 @@ from harness.judge.wire_checks import event_order, finish_agrees, text, usage
 from harness.record.trace import StreamRecord
 from harness.run import runner
 from streamlab.tokenizer import shipped_tokenizer
-from tests.helpers import client_trace
+from tests.helpers import client_trace, skip_unless_live
 
 SCENARIO = "stop_strings"
 TOK = shipped_tokenizer()
@@ -109,9 +109,5 @@ def test_each_wire_defect_is_caught_by_its_check_in_simulation():
 
 
 def test_each_wire_defect_is_caught_by_its_check_live():
-    from harness.live.backend import live_unavailable
-
-    reason = live_unavailable(load_by_name(SCENARIO))
-    if reason:
-        pytest.skip(reason)
+    skip_unless_live(SCENARIO)
     _caught("live")
