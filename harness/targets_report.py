@@ -32,6 +32,8 @@ def observability_rows() -> list[str]:
                 cells.append("token ids" if profile.token_ids else "not observable (no token ids)")
             elif check == "finish_agrees" and not profile.token_ids:
                 cells.append("length only (no token ids)")
+            elif check == "usage" and not profile.token_ids:
+                cells.append("at least the chunks read (no token ids)")
             elif check in ("leak_free", "release_within") and not profile.native_books:
                 cells.append(f"gauges ({profile.gauges.source})")
             else:
