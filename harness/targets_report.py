@@ -106,6 +106,26 @@ def _row(scenario, target: str, ctx: RunContext, say) -> tuple[str, list[str]]:
     return f"| {name} | {target} | " + " | ".join(cells) + f" | {outcome.trace.wall_s:.0f} |", notes
 
 
+# The wire contract on each peer, measured here on scenarios/stop_strings.yaml (issue 39).
+WIRE_ON_PEERS = [
+    "The wire contract's checks (`text`, `usage`, `event_order`, `finish_agrees`: docs/HARNESS.md, \"What a "
+    "client reads\") on each peer, from `streamlab scenario run scenarios/stop_strings.yaml --target NAME` (the "
+    "library's file with stop strings):",
+    "",
+    "- `llamacpp`: every wire check holds: usage counts one token per chunk and the same prompt tokens as ours; "
+    "text is not observable (no token ids).",
+    "- `vllm`: text, usage, order and finish hold. It leaves the end-of-text token's own text out of the stream "
+    "wherever it comes (skip_special_tokens, its default), which the text check allows on an OpenAI API. It "
+    "refuses more than 4 stop strings (400, OpenAI's limit); stop_strings asks 4. One stopper of 4 runs to its "
+    "length (a finding, not vLLM's: stdlib-small's greedy text loops '/CP/CP/...' without a stop string).",
+    "- `transformers-serve`: its /v1/completions does not apply `stop` (a finding: 4 of 4 stoppers run to their "
+    "length). It bundles several tokens into one chunk (a stream of 48 tokens in 39 chunks, usage 48): without "
+    "token ids a client counting chunks as tokens undercounts, so usage is held to at least the chunks read, "
+    "and bundling is counted in its figure.",
+    "",
+]
+
+
 def write_page(say=print) -> Path:
     t0 = time.perf_counter()
     rows, notes = run_rows(say)
@@ -134,6 +154,7 @@ def write_page(say=print) -> Path:
         "",
         "## Runs",
         "",
+        *WIRE_ON_PEERS,
         "`streamlab` is our own server on its own route (`/v1/stream`), `streamlab-openai` the same server "
         "through `/v1/completions` (its verdicts must equal the native route's; tests/test_targets.py asserts "
         "it), `transformers-serve` is `transformers serve --continuous-batching` on `streamlab export tiny` "
