@@ -208,6 +208,7 @@ class RunningServer:
     request = ServerProcess.request
     get_json = ServerProcess.get_json
     get_body = ServerProcess.get_body
+    settle = ServerProcess.settle  # our own server at a URL (profile streamlab) is settled as one we started
     is_healthy = TargetProcess.is_healthy
 
     async def start(self) -> "RunningServer":
