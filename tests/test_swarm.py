@@ -34,13 +34,13 @@ CI_SEED, CI_SECONDS = 24, 110.0
 # count, and at least 30 runs: Hypothesis's draws from one seed differ a little between processes.
 DEFECT_SEEDS = {"stop_across_tokens": (1, 233), "shared_seed_rng": (1, 30), "last_free_block": (1, 26),
                 "first_stop_only": (2, 7), "dropped_text_delta": (1, 3), "usage_off_by_one": (1, 3),
-                "stop_tail_after_stop": (2, 7), "skipped_event_index": (1, 3), "paused_leaver_kept": (1, 200)}
+                "stop_tail_after_stop": (2, 7), "skipped_event_index": (1, 3), "paused_leaver_kept": (5, 523)}
 # stop_across_tokens took 233 runs in a process that had searched before it, and was not found
 # in 466 on a fresh clone's CI: Hypothesis's draws from one seed are not the same in every
 # process, so its count is not a bound to hold CI to. Its search runs with
 # STREAMLAB_SWARM_PROOF=1; its shrunk file is replayed in every run (below).
-# paused_leaver_kept needs a padded slow leaver with a small buffer that lingers: a 240 s search per
-# seed (docs/HARNESS.md gives how many of 5 seeds found it), too long for every CI run.
+# paused_leaver_kept needs a padded slow leaver with a small buffer that lingers: 240 s swarms found it
+# from 3 of 5 seeds (2, 4, 5: after 850, 804 and 523 runs), too long for every CI run.
 SLOW_TO_FIND = {"stop_across_tokens", "paused_leaver_kept"}
 
 
