@@ -41,7 +41,9 @@ DEFECT_SEEDS = {"stop_across_tokens": (1, 233), "shared_seed_rng": (1, 30), "las
 # STREAMLAB_SWARM_PROOF=1; its shrunk file is replayed in every run (below).
 # paused_leaver_kept needs a padded slow leaver with a small buffer that lingers: 240 s swarms found it
 # from 3 of 5 seeds (2, 4, 5: after 850, 804 and 523 runs), too long for every CI run.
-SLOW_TO_FIND = {"stop_across_tokens", "paused_leaver_kept"}
+# stop_tail_after_stop took 7 runs from seed 2 here and was not found in 30 in a fresh clone's CI
+# (the library's stop_strings catches it in both modes every run: tests/test_wire_checks.py).
+SLOW_TO_FIND = {"stop_across_tokens", "paused_leaver_kept", "stop_tail_after_stop"}
 
 
 @pytest.mark.shares_cores  # draws and validates: no clock
