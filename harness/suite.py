@@ -15,7 +15,7 @@ from rich.table import Table
 
 from harness.format.scenario import SCENARIOS_DIR
 from harness.format.load import ScenarioError, load, load_by_name
-from harness.record.trace import SERVER_STATES, states_reached
+from harness.record.trace import states_line, states_reached
 
 
 
@@ -213,9 +213,7 @@ def _suite(console: Console, ctx, mode: str, pattern: str, update_baseline: bool
                                                          "(reported, not judged)"), highlight=False)
         (RESULTS / "parity.json").write_text(json.dumps(parity_data, indent=1) + "\n")
     if reached or passed or failed:  # a state no run reached is one whose bugs these runs could not find
-        console.print("server states reached (runs): " + (", ".join(f"{k} {v}" for k, v in reached.items()) or "none")
-                      + "; never reached: " + (", ".join(k for k in SERVER_STATES if k not in reached) or "none"),
-                      highlight=False)
+        console.print(states_line(reached), highlight=False)
     console.print(f"{passed} passed, {failed} failed, {skipped} skipped in {time.perf_counter() - t0:.0f}s; "
                   f"results and timelines in results/scenarios/", highlight=False)
     if not passed and not failed:

@@ -96,7 +96,7 @@ def finish_reasons(scenario: Scenario | None, trace: Trace, solo: dict | None = 
     says what it answers to a bad request where that differs from the scenario's expectation."""
     problems, figures = [], []
     behaviours = {g.name: g.behaviour for g in scenario.groups}
-    openai = trace.target is not None and trace.target["api"] != "streamlab"
+    openai = trace.openai_api
     refusals = {k: tuple(v) for k, v in trace.target["refusals"].items()} if openai else {}
     for group in scenario.groups:
         streams = trace.group(group.name)

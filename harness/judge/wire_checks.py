@@ -60,13 +60,15 @@ def _decoded(ids: list[int], special: bool = True) -> str:
                     for t in ids).decode("utf-8", errors="replace")
 
 
-def _openai(trace: Trace) -> bool:
-    return trace.target is not None and trace.target.get("api") != "streamlab"
-
-
 def _stop_at(text: str, stops: list[str]) -> int | None:
     hits = [i for i in (text.find(w) for w in stops if w) if i >= 0]
     return min(hits) if hits else None
+
+
+def _cut(text: str, stops: list[str]) -> str:
+    """The text a stream with these stop strings sends: up to the first one."""
+    at = _stop_at(text, stops)
+    return text if at is None else text[:at]
 
 
 def _streams_read(trace: Trace) -> list[StreamRecord]:
@@ -90,14 +92,9 @@ def text(scenario: Scenario | None, trace: Trace, solo: dict | None = None) -> C
             continue  # a target that gives no ids: nothing to decode
         compared += 1
         stops = [w for w in s.request.get("stop") or [] if w]
-        allowed = set()
+        expected = _cut(_decoded(s.token_ids), stops)
         # An OpenAI server may leave the end-of-text token's own text out (skip_special_tokens).
-        for full in {_decoded(s.token_ids)} | ({_decoded(s.token_ids, special=False)} if _openai(trace) else set()):
-            cut = _stop_at(full, stops)
-            allowed.add(full if cut is None else full[:cut])
-        expected = _decoded(s.token_ids)
-        cut = _stop_at(expected, stops)
-        expected = expected if cut is None else expected[:cut]
+        allowed = {expected} | ({_cut(_decoded(s.token_ids, special=False), stops)} if trace.openai_api else set())
         if s.finish in NORMAL_FINISHES:
             if s.text not in allowed:
                 k = next((j for j, (a, b) in enumerate(zip(expected, s.text)) if a != b),
@@ -165,7 +162,7 @@ def event_order(scenario: Scenario | None, trace: Trace, solo: dict | None = Non
 def finish_agrees(scenario: Scenario | None, trace: Trace, solo: dict | None = None) -> CheckResult:
     """length: max tokens read; a stop string ends the stream at once (`stop`); eos: the last token
     is the end of text. On an OpenAI API `stop` is also the end of text."""
-    openai = _openai(trace)
+    openai = trace.openai_api
     decodes = tokenizer_known(scenario, trace) is None
     eos = _shipped()[1] if decodes else None
     problems, compared = [], 0

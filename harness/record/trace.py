@@ -176,6 +176,11 @@ class Trace(ServerBooks):
     # The client loop's own lag over the run (live, in this process: harness.machine.lag), in ms.
     loop_lag_ms: dict = field(default_factory=dict)
 
+    @property
+    def openai_api(self) -> bool:
+        """Its clients spoke an OpenAI API (a target's, or our own OpenAI route), not ours."""
+        return self.target is not None and self.target.get("api") != "streamlab"
+
     @classmethod
     def of(cls, books: ServerBooks, **run) -> "Trace":
         return cls(**{f.name: getattr(books, f.name) for f in fields(ServerBooks)}, **run)
@@ -227,6 +232,13 @@ def states_reached(trace: Trace) -> set[str]:
                "cancelled_running": cancelled.get("running", 0), "cancelled_paused": cancelled.get("paused", 0),
                "fault_injected": s.get("engine_step_errors", 0)}
     return {state for state, count in reached.items() if count}
+
+
+def states_line(reached: dict[str, int]) -> str:
+    """The states some runs reached (state -> runs), and those none did, as one report line."""
+    seen = {k: v for k, v in reached.items() if v}
+    return ("server states reached (runs): " + (", ".join(f"{k} {v}" for k, v in seen.items()) or "none")
+            + "; never reached: " + (", ".join(k for k in SERVER_STATES if k not in seen) or "none"))
 
 
 def holds_nothing(trace: Trace) -> bool:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.markup import escape
 
+from harness.record.trace import states_line
 from harness.swarm.search import DATABASE_DIR, FOUND_DIR, search, size, write_found
 from harness.swarm.target import TargetJudge
 
@@ -29,9 +30,7 @@ def run_swarm(console: Console, args) -> int:
                   f"({result.per_minute:.0f} a minute), {result.passed} passed", highlight=False)
     reached = result.states_reached
     if reached:  # a state no run reached is one whose bugs this search could not find
-        console.print("server states reached (runs): " + ", ".join(f"{k} {v}" for k, v in reached.items() if v)
-                      + "; never reached: " + (", ".join(k for k, v in reached.items() if not v) or "none"),
-                      highlight=False)
+        console.print(states_line(reached), highlight=False)
     found = result.found
     if found is None:
         console.print("no failure found")
