@@ -12,6 +12,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from harness.machine import reach
 from harness.compare import command as compare_command
 from harness.format.scenario import SCENARIOS_DIR
 from harness.format.load import json_schema
@@ -39,7 +40,8 @@ def build_parser() -> argparse.ArgumentParser:
     for p in (run, suite):
         p.add_argument("--target", default=None,
                        help=f"live runs aim here: one of {', '.join(TARGETS)} (streamlab by default), "
-                            "or a loopback URL of a running OpenAI-compatible server")
+                            "or the URL of a running OpenAI-compatible server (http or https; another host than "
+                            "this machine's loopback with --allow-remote)")
         p.add_argument("--target-api", choices=["streamlab", "openai-completions", "openai-chat"], default=None)
         p.add_argument("--target-model", default=None, help="the model name requests carry (default: the served one)")
         p.add_argument("--target-profile", default=None,
@@ -82,6 +84,15 @@ def build_parser() -> argparse.ArgumentParser:
     swarm.add_argument("--target", default=None, help="run drawn scenarios live against this target (a name or a "
                                                       "loopback URL), judged by what its profile can observe")
     compare_command.add_parser(scen_sub)
+    for p in (run, suite, swarm, scen_sub.choices["compare"]):
+        p.add_argument("--allow-remote", action="append", default=[], metavar="HOST",
+                       help="consent: live runs may aim at HOST, a server you run that is not this machine's loopback "
+                            "(repeat for more; or STREAMLAB_ALLOW_REMOTE=HOST,...)")
+    for p in (run, suite):
+        p.add_argument("--ca-file", default=None, help="an https target's certificate is verified against these CAs "
+                                                       "(default: the system's; or STREAMLAB_TARGET_CA_FILE)")
+        p.add_argument("--insecure", action="store_true",
+                       help="an https target's certificate is not verified (a self-signed staging server)")
     schema = scen_sub.add_parser("schema", help="print the JSON Schema of the format (for an editor), or write it")
     schema.add_argument("--write", type=Path, nargs="?", const=SCHEMA_PATH, default=None, metavar="PATH",
                         help=f"write it to PATH instead; with no PATH to {SCHEMA_PATH} and the generated sections "
@@ -102,6 +113,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     console = Console(width=None if sys.stdout.isatty() else 160)
+    reach.consent(getattr(args, "allow_remote", None) or [])
     if args.scenario_command == "schema":
         text = json.dumps(json_schema(), indent=2) + "\n"
         if args.write is None:
@@ -150,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
     from harness.format.target import resolve_target
     try:
         target = None if args.target is None else resolve_target(args.target, args.target_api, args.target_model,
-                                                                 args.target_profile)
+                                                                 args.target_profile, args.ca_file, args.insecure)
     except ValueError as exc:
         console.print(f"[red]--target: {exc}[/]")
         return 2

@@ -31,11 +31,17 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                        "every *.yaml in a folder named `scenarios`)")
     group = parser.getgroup("streamlab scenarios")
     group.addoption("--target", default=None, help="live items aim at this target (a name such as "
-                    "transformers-serve or streamlab-openai, or a loopback URL) instead of each scenario's own server")
+                    "transformers-serve or streamlab-openai, or a URL: http or https, another host with --allow-remote) instead "
+                    "of each scenario's own server")
     group.addoption("--target-api", default=None, help="with --target URL: openai-completions (default), openai-chat")
     group.addoption("--target-model", default=None, help="with --target URL: the model name (default: /v1/models)")
     group.addoption("--target-profile", default=None, help="what the target lets us observe: vllm, tgi, sglang, "
                     "llamacpp, llamacpp-slots, transformers-serve, generic (default for a URL)")
+    group.addoption("--allow-remote", action="append", default=[], metavar="HOST",
+                    help="consent: live items may aim at HOST, a server you run that is not this machine's loopback "
+                         "(repeat for more; or STREAMLAB_ALLOW_REMOTE=HOST,...)")
+    group.addoption("--ca-file", default=None, help="with an https --target: verify its certificate against these CAs")
+    group.addoption("--insecure", action="store_true", help="with an https --target: do not verify its certificate")
     group.addoption("--compare-baseline", default=None, metavar="SIDE",
                     help="every live item becomes a comparison (streamlab scenario compare): this side against "
                          "--compare-candidate in interleaved rounds; fails on a regression or outcomes that differ")
@@ -44,6 +50,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    from harness.machine import reach
+    reach.consent(config.getoption("--allow-remote", None) or [])
     if config.getoption("--compare-baseline", None):  # a mistake in a side stops the run before any item
         from harness.compare.gate import Settings
         from harness.compare.sides import SideError, parse_side
@@ -70,7 +78,7 @@ def run_context(config: pytest.Config):
         target = config.getoption("--target")
         config.stash[CONTEXT] = RunContext(target=None if target is None else resolve_target(
             target, config.getoption("--target-api"), config.getoption("--target-model"),
-            config.getoption("--target-profile")))
+            config.getoption("--target-profile"), config.getoption("--ca-file"), config.getoption("--insecure")))
     return config.stash[CONTEXT]
 
 

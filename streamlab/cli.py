@@ -40,6 +40,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", default="127.0.0.1", help="address to bind (loopback by default)")
     serve.add_argument("--port", type=int, default=8000)
     add_serve_options(serve)
+    serve.add_argument("--ssl-certfile", default=None, help="serve https with this certificate (PEM; its key below)")
+    serve.add_argument("--ssl-keyfile", default=None, help="the certificate's private key (PEM)")
     serve.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
 
     # Commands other packages register (the harness: `scenario` and `lab`) keep their own
@@ -113,7 +115,10 @@ def main(argv: list[str] | None = None) -> int:
         except ModelLoadError as exc:
             print(f"streamlab: {exc}", file=sys.stderr)
             return 2
-        serve(config, args.host, args.port, args.log_level)
+        if bool(args.ssl_certfile) != bool(args.ssl_keyfile):
+            print("streamlab: --ssl-certfile and --ssl-keyfile go together", file=sys.stderr)
+            return 2
+        serve(config, args.host, args.port, args.log_level, args.ssl_certfile, args.ssl_keyfile)
         return 0
     from rich.console import Console
 

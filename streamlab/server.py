@@ -49,7 +49,9 @@ class AdminServer(uvicorn.Server):
         super().handle_exit(sig, frame)
 
 
-def serve(config: ServiceConfig, host: str, port: int, log_level: str = "info") -> None:
+def serve(config: ServiceConfig, host: str, port: int, log_level: str = "info",
+          ssl_certfile: str | None = None, ssl_keyfile: str | None = None) -> None:
+    """Serve until a signal; https where a certificate and its key are given (uvicorn's TLS)."""
     # The step thread runs Python between its tensor operations; with the default 5 ms switch
     # interval it waited that long for the GIL whenever the event loop held it.
     sys.setswitchinterval(SWITCH_INTERVAL_S)
@@ -61,7 +63,7 @@ def serve(config: ServiceConfig, host: str, port: int, log_level: str = "info") 
                                timeout_graceful_shutdown=config.graceful_timeout_s + FLUSH_MARGIN_S,
                                http=guarded_h11(config.header_timeout_s, config.max_head_bytes),
                                limit_concurrency=config.max_connections,
-                               backlog=BACKLOG, loop="asyncio")
+                               backlog=BACKLOG, loop="asyncio", ssl_certfile=ssl_certfile, ssl_keyfile=ssl_keyfile)
     main = GracefulServer(uv_config, app, config.graceful_timeout_s)
     if not config.admin_port:
         main.run()

@@ -21,15 +21,18 @@ START_DEADLINE_S = 30.0
 
 
 class AppServer:
-    """Any ASGI app under uvicorn on a free loopback port."""
+    """Any ASGI app under uvicorn on a free port of a loopback address (127.0.0.1, or another 127.x
+    standing in for a remote host), plain or https (`tls`: a certificate file and its key)."""
 
-    def __init__(self, app) -> None:
-        self.app = app
+    def __init__(self, app, host: str = "127.0.0.1", tls: tuple[str, str] | None = None) -> None:
+        self.app, self.host, self.tls = app, host, tls
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.sock.bind(("127.0.0.1", 0))
+        self.sock.bind((host, 0))
         self.port = self.sock.getsockname()[1]
-        self.server = uvicorn.Server(uvicorn.Config(self.app, log_level="warning", lifespan="on"))
+        certfile, keyfile = tls or (None, None)
+        self.server = uvicorn.Server(uvicorn.Config(self.app, log_level="warning", lifespan="on",
+                                                    ssl_certfile=certfile, ssl_keyfile=keyfile))
         self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
 
     def start(self) -> None:
@@ -47,7 +50,7 @@ class AppServer:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"{'https' if self.tls else 'http'}://{self.host}:{self.port}"
 
     async def request(self, method: str, path: str, body=None, **kw) -> RawExchange:
         return await RawExchange.open("127.0.0.1", self.port, method, path, body, **kw)

@@ -119,7 +119,7 @@ def test_sides_parse_and_a_mistake_names_what_was_expected():
                        ("ref:no-such-revision-here", "not a git revision"),
                        ("cmd:llama-server -m x", "needs {port}"),
                        ("nginx", "a side is here"),
-                       ("http://10.0.0.1:8000", "loopback only")]:
+                       ("http://10.0.0.1:8000", "--allow-remote 10.0.0.1")]:
         with pytest.raises(SideError, match=says):
             parse_side(spec)
     with pytest.raises(SideError, match="max_batch"):

@@ -71,7 +71,8 @@ def test_targets_resolve_and_refuse_what_is_not_loopback():
     assert resolve_target(None) == TARGETS["streamlab"] and TARGETS["streamlab"].default
     assert resolve_target("streamlab-openai").api == "openai-completions"
     url = resolve_target("http://127.0.0.1:8000", profile="vllm")
-    assert (url.url, url.port, url.profile, url.api) == ("http://127.0.0.1:8000", 8000, "vllm", "openai-completions")
+    assert (url.url, url.origin.port, url.profile, url.api) == ("http://127.0.0.1:8000", 8000, "vllm",
+                                                                "openai-completions")
     with pytest.raises(ValueError, match="loopback"):
         Target(name="x", url="http://10.0.0.1:8000", profile="generic", api="openai-completions")
     with pytest.raises(ValueError, match="unknown target"):

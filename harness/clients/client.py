@@ -15,6 +15,7 @@ from harness.record.trace import StreamRecord
 from harness.clients.wire import StreamlabWire, Wire
 from streamlab.sse import SSEEvent
 from harness.clients.rawhttp import RawExchange
+from harness.machine.reach import Origin
 
 Opener = Callable[[str, dict | bytes, dict[str, str] | None], Awaitable[Connection]]
 
@@ -104,16 +105,18 @@ class Client:
             self.note(await conn.read_events(1, READ_DEADLINE_S), conn)
 
 
-def raw_opener(port: int, behaviour, sampled: list | None = None) -> Opener:
-    """HTTP/1.1 to 127.0.0.1:port, as a client of this behaviour connects (a sleeper with its own
-    receive buffer). The live server's and a shard worker's clients both open through it.
-    sampled: a list that takes each exchange opened, keeping its stamps' bounds (harness.clients.rawhttp;
-    the capacity benchmark)."""
+def raw_opener(port: int, behaviour, sampled: list | None = None, origin: Origin | None = None,
+               host: str = "127.0.0.1") -> Opener:
+    """HTTP/1.1 to host:port (a Toxiproxy listener, or the server), as a client of this behaviour
+    connects (a sleeper with its own receive buffer), for `origin` (its Host header, and TLS where
+    it speaks https; default: host:port itself). The live server's and a shard worker's clients
+    both open through it. sampled: a list that takes each exchange opened, keeping its stamps'
+    bounds (harness.clients.rawhttp; the capacity benchmark)."""
     rcvbuf = behaviour.socket_rcvbuf
 
     async def opener(path: str, body, headers):
-        exchange = await RawExchange.open("127.0.0.1", port, "POST", path, body, headers=headers, rcvbuf=rcvbuf,
-                                          sampled=sampled is not None)
+        exchange = await RawExchange.open(host, port, "POST", path, body, headers=headers, rcvbuf=rcvbuf,
+                                          sampled=sampled is not None, origin=origin)
         if sampled is not None:
             sampled.append(exchange)
         return exchange

@@ -9,6 +9,9 @@ queue, and a read returns its last segment's stamp. A client records an event at
 (arrived_ago), not when its loop got round to the read, so a busy harness records the time the
 bytes came, not the time it read them. A sampled exchange (the capacity benchmark's) also keeps
 each read's times and bytes, to bound how far that stamp is from each event's own arrival.
+TLS (an https origin) runs over the same raw socket through an in-memory ssl object, so the
+receive buffer, the kernel's stamps and a real FIN or RST stay the client's own.
+Every connection is opened here, and only to a host harness.machine.reach allows.
 """
 
 from __future__ import annotations
@@ -16,12 +19,14 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
+import ssl
 import struct
 import time
 from dataclasses import dataclass, field
 
 import h11
 
+from harness.machine import reach
 from streamlab.sse import SSEEvent, SSEParser
 
 RECV_BYTES = 65536
@@ -63,15 +68,19 @@ class RawExchange:
     stamps: list["Read"] | None = None  # sampled only: every read that got bytes
     _arrived: float = 0.0  # the kernel's stamp (wall clock) of the last read's last segment
     _read_from: float = 0.0  # wall clock as the last read that got bytes began
+    tls: "_Tls | None" = None  # an https origin's encryption over this socket
 
     @classmethod
     async def open(cls, host: str, port: int, method: str, path: str, body: dict | bytes | None = None,
                    headers: dict[str, str] | None = None, rcvbuf: int | None = None,
-                   timeout_s: float = 10.0, sampled: bool = False) -> "RawExchange":
-        if not host.startswith("127.") and host != "localhost":
-            raise ValueError("load and fault tests target loopback only")
+                   timeout_s: float = 10.0, sampled: bool = False,
+                   origin: reach.Origin | None = None) -> "RawExchange":
+        """Connect to host:port and send the request. `origin`: the server the request is for, where
+        the connection goes through something else (a Toxiproxy listener): its name is the Host
+        header and, over TLS, the name its certificate is checked against."""
+        reach.check(host)
         loop = asyncio.get_running_loop()
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
         sock.setblocking(False)
         if rcvbuf is not None:  # before connect, so the window is small from the handshake on
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
@@ -84,20 +93,34 @@ class RawExchange:
         except BaseException:
             sock.close()
             raise
+        exchange = cls(sock, h11.Connection(h11.CLIENT), stamps=[] if sampled else None)
+        if origin is not None and origin.tls is not None:
+            try:
+                exchange.tls = _Tls(origin.tls, origin.host)
+                await asyncio.wait_for(exchange.tls.handshake(exchange), timeout_s)
+            except BaseException:
+                sock.close()
+                raise
         raw = body if isinstance(body, bytes) else (json.dumps(body).encode() if body is not None else b"")
-        hdrs = [("host", f"{host}:{port}"), ("content-length", str(len(raw)))]
+        authority = origin.authority if origin is not None else f"{host}:{port}"
+        hdrs = [("host", authority), ("content-length", str(len(raw)))]
         if body is not None and not isinstance(body, bytes):
             hdrs.append(("content-type", "application/json"))
         hdrs += list((headers or {}).items())
-        conn = h11.Connection(h11.CLIENT)
+        conn = exchange.conn
         out = conn.send(h11.Request(method=method, target=path, headers=hdrs)) + conn.send(h11.Data(data=raw))
         out += conn.send(h11.EndOfMessage())
         try:
-            await asyncio.wait_for(loop.sock_sendall(sock, out), timeout_s)
+            await asyncio.wait_for(exchange._send(out), timeout_s)
         except BaseException:  # reset while sending (a proxy's reset_peer toxic, say)
             sock.close()
             raise
-        return cls(sock, conn, stamps=[] if sampled else None)
+        return exchange
+
+    async def _send(self, data: bytes) -> None:
+        if self.tls is not None:
+            data = self.tls.wrap(data)
+        await asyncio.get_running_loop().sock_sendall(self.sock, data)
 
     async def _next(self, timeout_s: float, max_bytes: int = RECV_BYTES) -> h11.Event | type[h11.NEED_DATA] | None:
         event = self.conn.next_event()
@@ -112,6 +135,16 @@ class RawExchange:
         return event
 
     async def _recv(self, max_bytes: int) -> bytes:
+        """The next bytes of the response (b"": the server closed), decrypted over TLS."""
+        if self.tls is None:
+            return await self._recv_raw(max_bytes)
+        while True:
+            plain = self.tls.unwrap(max_bytes)
+            if plain is not None:
+                return plain
+            self.tls.feed(await self._recv_raw(max_bytes))
+
+    async def _recv_raw(self, max_bytes: int) -> bytes:
         loop = asyncio.get_running_loop()
         while True:
             began = time.time()
@@ -209,3 +242,48 @@ class RawExchange:
 
     def close(self, how: str = "fin") -> None:
         {"fin": self.close_fin, "rst": self.close_rst}[how]()
+
+
+class _Tls:
+    """TLS over an exchange's own socket: bytes in and out through memory, the socket unchanged."""
+
+    def __init__(self, context: ssl.SSLContext, server_name: str) -> None:
+        self.incoming, self.outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+        self.obj = context.wrap_bio(self.incoming, self.outgoing, server_hostname=server_name.strip("[]"))
+
+    async def handshake(self, exchange: RawExchange) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                self.obj.do_handshake()
+                break
+            except ssl.SSLWantReadError:
+                pending = self.outgoing.read()
+                if pending:
+                    await loop.sock_sendall(exchange.sock, pending)
+                data = await exchange._recv_raw(RECV_BYTES)
+                if not data:
+                    raise ConnectionError("the server closed the connection during the TLS handshake")
+                self.incoming.write(data)
+        pending = self.outgoing.read()
+        if pending:
+            await loop.sock_sendall(exchange.sock, pending)
+
+    def wrap(self, data: bytes) -> bytes:
+        self.obj.write(data)
+        return self.outgoing.read()
+
+    def feed(self, data: bytes) -> None:
+        if data:
+            self.incoming.write(data)
+        else:
+            self.incoming.write_eof()
+
+    def unwrap(self, max_bytes: int) -> bytes | None:
+        """Decrypted bytes, b"" at the end of the stream, None: more bytes must come first."""
+        try:
+            return self.obj.read(max_bytes)
+        except ssl.SSLWantReadError:
+            return None
+        except (ssl.SSLZeroReturnError, ssl.SSLEOFError):
+            return b""

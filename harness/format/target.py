@@ -22,6 +22,7 @@ from urllib.parse import urlsplit
 
 from pydantic import Field, model_validator
 
+from harness.machine import reach
 from harness.format.strict import Strict
 from streamlab.presets import PRESETS
 
@@ -114,7 +115,13 @@ class Target(Strict):
     name: str = "streamlab"
     profile: str = "streamlab"
     api: Api = "streamlab"
-    url: str | None = Field(None, description="a server already running on loopback, e.g. http://127.0.0.1:8000")
+    url: str | None = Field(None, description="a server already running: http or https, on this machine's loopback "
+                                              "(http://127.0.0.1:8000) or, with its owner's consent (--allow-remote "
+                                              "HOST or STREAMLAB_ALLOW_REMOTE), on another host")
+    ca_file: str | None = Field(None, description="an https url's certificate is verified against these CAs "
+                                                  "(default: the system's)")
+    insecure: bool = Field(False, description="an https url's certificate is not verified (a self-signed staging "
+                                              "server): say so explicitly")
     command: list[str] | None = Field(None, description="starts the server; {port}, {model}, {max_batch}, "
                                                         "{positions} (the model's), {context} (max_batch x the "
                                                         "model's positions), {model_dir} and {model_gguf} (the "
@@ -139,9 +146,16 @@ class Target(Strict):
         if self.url is not None and self.command is not None:
             raise ValueError("give url or command, not both")
         if self.url is not None:
-            host = urlsplit(self.url).hostname or ""
-            if not (host.startswith("127.") or host == "localhost") or urlsplit(self.url).scheme != "http":
-                raise ValueError(f"url: load and fault runs aim at http on loopback only, got {self.url!r}")
+            parts = urlsplit(self.url)
+            if parts.scheme not in ("http", "https") or not parts.hostname:
+                raise ValueError(f"url: expected http://HOST:PORT or https://HOST:PORT, got {self.url!r}")
+            refused = reach.refusal(parts.hostname)
+            if refused:
+                raise ValueError(f"url: {refused}")
+        if (self.ca_file or self.insecure) and not (self.url or "").startswith("https://"):
+            raise ValueError("ca_file and insecure are for an https url")
+        if self.ca_file and self.insecure:
+            raise ValueError("give ca_file (verify against it) or insecure (verify nothing), not both")
         if self.serves is not None and self.command is None:
             raise ValueError("serves: only a server we start from its command can be given another model")
         if self.serves is not None and self.serves not in PRESETS:
@@ -159,8 +173,15 @@ class Target(Strict):
         return self.url is None and self.command is None
 
     @property
-    def port(self) -> int | None:
-        return urlsplit(self.url).port or 80 if self.url else None
+    def origin(self) -> reach.Origin | None:
+        """A url target's host, port and TLS (verified unless insecure was asked for)."""
+        if self.url is None:
+            return None
+        parts = urlsplit(self.url)
+        https = parts.scheme == "https"
+        ca_file = self.ca_file or os.environ.get("STREAMLAB_TARGET_CA_FILE") or None
+        return reach.Origin(parts.hostname, parts.port or (443 if https else 80),
+                            reach.tls_context(ca_file, self.insecure) if https else None)
 
     @property
     def profile_spec(self) -> Profile:
@@ -199,13 +220,16 @@ TARGETS: dict[str, Target] = {t.name: t for t in [
 
 
 def resolve_target(spec: str | None, api: str | None = None, model: str | None = None,
-                   profile: str | None = None) -> Target:
-    """`--target NAME|URL` (with optional --target-api/-model/-profile) as a Target."""
+                   profile: str | None = None, ca_file: str | None = None, insecure: bool = False) -> Target:
+    """`--target NAME|URL` (with optional --target-api/-model/-profile, and --ca-file or --insecure
+    for https) as a Target."""
     if spec is None or spec in TARGETS:
         base = TARGETS[spec or "streamlab"]
         changes = {k: v for k, v in (("api", api), ("model", model), ("profile", profile)) if v}
         return Target.model_validate({**base.model_dump(), **changes}) if changes else base
     if "://" in spec:
         return Target(name=spec, url=spec, api=api or "openai-completions", model=model,
-                      profile=profile or "generic")
+                      profile=profile or "generic", ca_file=ca_file, insecure=insecure)
+    if ca_file or insecure:
+        raise ValueError("--ca-file and --insecure are for an https URL target")
     raise ValueError(f"unknown target {spec!r}; expected a URL or one of {sorted(TARGETS)}")

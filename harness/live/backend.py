@@ -19,6 +19,7 @@ from harness.machine.drift import EngineReadings, same_engine
 from harness.record.trace import ServerBooks
 from harness.live.toxiproxy import ToxiproxyClient, ProxyHandle, ToxiproxyServer, find_binary
 from harness.clients.client import raw_opener
+from harness.machine.reach import Origin
 from harness.live.process import RunningServer, ServerProcess, target_process
 from harness.live.loops import run_on_live_loop
 from harness.live.nginx import Nginx, ensure_certificate, nginx_unavailable
@@ -88,6 +89,9 @@ class LiveServer:
         # What our server's engine speed depends on (harness.judge.timing.EngineReadings reuses a reading by it).
         self.same_engine: tuple | None = None
         self.front_port = front_port or endpoint.port  # where clients connect: nginx, or the server itself
+        # The server as its clients name it: a proxied client connects to its Toxiproxy listener and
+        # still speaks to this origin (its Host header; TLS checked against its name).
+        self.origin = endpoint.origin if front_port in (None, endpoint.port) else Origin("127.0.0.1", self.front_port)
         self.proxy = proxy
         self.base = time.monotonic()
         self.books: ServerBooks | None = None  # what collect() saw; the shutdown adds its own findings
@@ -100,6 +104,10 @@ class LiveServer:
         """Where a group's clients connect: its Toxiproxy listener, or the front (nginx, or the server)."""
         return self.proxies[group].listen_port if group in self.proxies else self.front_port
 
+    def host_for(self, group: str) -> str:
+        """The host a group's clients connect to: Toxiproxy's (this machine), or the origin's."""
+        return "127.0.0.1" if group in self.proxies else self.origin.host
+
     def opener_for(self, pc: PlannedClient):
         port = self.port_for(pc.group.name)
         if self.proxy is not None and self.proxy.http2:
@@ -110,7 +118,7 @@ class LiveServer:
 
                 return await H2Exchange.open("127.0.0.1", port, "POST", path, body, headers=headers, ca_file=ca_file)
             return h2_opener
-        return raw_opener(port, pc.group.behaviour)
+        return raw_opener(port, pc.group.behaviour, origin=self.origin, host=self.host_for(pc.group.name))
 
     async def settle(self, drain_s: float) -> None:
         if self.target.profile_spec.native_books:
@@ -248,7 +256,7 @@ class LiveBackend:
             args = scenario.server.serve_args(only_written=self.source is not None) + ["--log-level", "warning"]
             return ServerProcess(args, source=self.source), scenario.server.model
         if t.url is not None:
-            return RunningServer(t.port, t.health), t.model
+            return RunningServer(t.origin, t.health), t.model
         return target_process(t, t.serves or scenario.server.model, scenario.server.max_batch, EXPORTS)
 
     @asynccontextmanager
@@ -267,11 +275,15 @@ class LiveBackend:
             key = scenario.server.api_key if self.target.own_server else self.target.api_key
             wire = wire_for(self.target.api, model, profile.request_extra, profile.ignore_eos, key)
             front = endpoint.port
+            upstream: int | str = endpoint.port if endpoint.origin.host == "127.0.0.1" else endpoint.origin.authority
             spec = scenario.server.proxy
+            if spec is not None and endpoint.origin != Origin("127.0.0.1", endpoint.port):
+                raise RuntimeError(f"{scenario.name}: an nginx front (server.proxy) stands before a plain http "
+                                   f"server on 127.0.0.1, not {endpoint.origin.authority}")
             if spec is not None:  # nginx between Toxiproxy and the server
                 nginx = await asyncio.to_thread(Nginx(endpoint.port, spec.tls, spec.http2, spec.read_timeout_s,
                                                       spec.honour_accel_buffering, spec.buffering).start)
-                front = nginx.port
+                front = upstream = nginx.port
             proxies: dict[str, ProxyHandle] = {}
             # Another server than the scenario's own always sits behind Toxiproxy, toxics or not.
             groups = proxied(scenario, every_group=not self.target.default)
@@ -280,7 +292,7 @@ class LiveBackend:
                 faults = ToxiproxyClient(toxiproxy)
                 for g in groups:
                     proxies[g.name] = await asyncio.to_thread(faults.create_proxy, f"{scenario.name}__{g.name}",
-                                                              front, g.network.toxics if g.network else [])
+                                                              upstream, g.network.toxics if g.network else [])
             server = LiveServer(endpoint, proxies, wire, self.target, front, spec,
                                 scenario.server.model if self.target.own_server else None)
             if self.target.own_server:

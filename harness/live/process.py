@@ -19,6 +19,7 @@ from pathlib import Path
 
 from harness.machine.cores import server_threads
 from harness.clients.rawhttp import RawExchange
+from harness.machine.reach import Origin
 from streamlab.idle import drained
 
 START_DEADLINE_S = 60.0
@@ -129,8 +130,15 @@ class ServerProcess:
         except OSError:
             return ""
 
+    @property
+    def origin(self) -> Origin:
+        """Where the server is, as its clients name it (here: our loopback port, plain http)."""
+        return Origin("127.0.0.1", self.port)
+
     async def request(self, method: str, path: str, body=None, **kw) -> RawExchange:
-        return await RawExchange.open("127.0.0.1", self.port, method, path, body, **kw)
+        """A request straight to the server (no proxy): its books, gauges, health, solo references."""
+        origin = self.origin
+        return await RawExchange.open(origin.host, origin.port, method, path, body, origin=origin, **kw)
 
     async def get_json(self, path: str, timeout_s: float = 10.0, headers: dict[str, str] | None = None) -> dict:
         return json.loads(await self.get_body(path, timeout_s, headers))
@@ -199,11 +207,13 @@ class TargetProcess(ServerProcess):
 
 
 class RunningServer:
-    """A server someone else started (a target's URL): nothing to start or stop."""
+    """A server someone else started (a target's URL, here or on a host the user consented to,
+    http or https): nothing to start or stop."""
     name = "running server"
 
-    def __init__(self, port: int, health_path: str | None) -> None:
-        self.port, self.health_path = port, health_path
+    def __init__(self, origin: Origin, health_path: str | None) -> None:
+        self.origin, self.health_path = origin, health_path
+        self.port = origin.port
 
     request = ServerProcess.request
     get_json = ServerProcess.get_json
@@ -215,9 +225,9 @@ class RunningServer:
         try:
             if await self.is_healthy():
                 return self
-        except (OSError, asyncio.TimeoutError) as exc:
-            raise RuntimeError(f"nothing answers on 127.0.0.1:{self.port}: {exc}") from None
-        raise RuntimeError(f"the server on 127.0.0.1:{self.port} is not healthy at {self.health_path}")
+        except (OSError, asyncio.TimeoutError) as exc:  # ssl.SSLError is an OSError: a certificate refused
+            raise RuntimeError(f"nothing answers on {self.origin.authority}: {exc}") from None
+        raise RuntimeError(f"the server on {self.origin.authority} is not healthy at {self.health_path}")
 
     def alive(self) -> bool:
         return True

@@ -102,9 +102,12 @@ class ToxiproxyClient:
             raise ToxiproxyUnavailable(f"Toxiproxy API call {getattr(fn, '__name__', fn)} took over "
                                        f"{API_TIMEOUT_S}s") from None
 
-    def create_proxy(self, name: str, upstream_port: int, toxics: list[ToxicSpec]) -> ProxyHandle:
-        """A proxy to the server with its toxics set now, before any client connects."""
-        proxy = self._call(self._client.create, upstream=f"127.0.0.1:{upstream_port}", name=name,
+    def create_proxy(self, name: str, upstream: int | str, toxics: list[ToxicSpec]) -> ProxyHandle:
+        """A proxy to the server (a loopback port, or HOST:PORT: a remote target the user consented
+        to; Toxiproxy forwards TCP, TLS included) with its toxics set now, before any client connects."""
+        if isinstance(upstream, int):
+            upstream = f"127.0.0.1:{upstream}"
+        proxy = self._call(self._client.create, upstream=upstream, name=name,
                            listen="127.0.0.1:0")
         for i, toxic in enumerate(toxics):
             self._call(proxy.add_toxic, name=f"{toxic.type}_{toxic.stream}_{i}", type=toxic.type,

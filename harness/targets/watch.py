@@ -13,7 +13,6 @@ import json
 import math
 import time
 
-from harness.clients.rawhttp import RawExchange
 from harness.record.trace import Probe, TargetObservation, NORMAL_FINISHES, StreamRecord, percentile
 from harness.targets.gauges import GaugeReading, read_gauges
 
@@ -65,8 +64,7 @@ class TargetWatch:
         wire = self.server.wire
         record = StreamRecord("alone", 0, "reader", "", body, sent_at=time.monotonic())
         try:
-            ex = await RawExchange.open("127.0.0.1", self.server.endpoint.port, "POST", wire.path, body,
-                                        headers=wire.headers)
+            ex = await self.server.endpoint.request("POST", wire.path, body, headers=wire.headers)
         except OSError:
             return record, False
         complete = False
