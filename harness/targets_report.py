@@ -10,7 +10,8 @@ from harness.run.runner import RunContext, refused_here, run_scenario
 from harness.format.scenario import SCENARIOS_DIR
 from harness.format.load import load_by_name
 from harness.judge.registry import unobservable
-from harness.format.target import PROFILES, TARGETS
+from harness.format.profile import PROFILES
+from harness.format.target import TARGETS
 from harness.targets.findings import CHECKS, FINDINGS, FRESH_SERVER, ROUTE_SCENARIOS, UNSETTLED
 
 PAGE = Path("docs") / "TARGETS.md"

@@ -15,7 +15,8 @@ from harness.run.runner import RunContext, refused_here, run_scenario
 from harness.format.scenario import Scenario
 from harness.format.load import load_by_name
 from harness.judge.registry import BY_NAME, unobservable
-from harness.format.target import PROFILES, TARGETS, Target, resolve_target
+from harness.format.profile import PROFILES
+from harness.format.target import TARGETS, Target, resolve_target
 from harness.targets.findings import FINDINGS, FRESH_SERVER, ROUTE_SCENARIOS, UNSETTLED
 from harness.targets.gauges import read_gauges
 from harness.clients.wire import OpenAIWire
@@ -44,7 +45,15 @@ def test_each_profile_reads_its_servers_metrics(profile):
     fixture, running_, waiting, cache = PARSED[profile]
     reading = read_gauges((FIXTURES / fixture).read_bytes(), PROFILES[profile].gauges)
     assert (reading.running, reading.waiting, reading.cache_in_use) == (running_, waiting, cache)
-    assert reading.idle is False
+    assert reading.is_idle() is False
+
+
+def test_the_token_counters_of_the_peers_run_here_read_from_their_scraped_metrics():
+    from harness.targets.gauges import prometheus_samples, series_sum
+
+    for profile, fixture, expected in (("vllm", "vllm-0.32.0.prom", 37.0), ("llamacpp", "llamacpp-b11434.prom", 0.0)):
+        samples = prometheus_samples((FIXTURES / fixture).read_bytes())
+        assert series_sum(samples, PROFILES[profile].counters.generated_tokens) == expected, profile
 
 
 def test_every_profile_with_gauges_has_a_parsing_test():
@@ -64,7 +73,7 @@ def test_streamlab_profile_reads_our_own_metrics(tiny):
             finally:
                 ex.close_fin()
         reading = read_gauges(asyncio.run(body()), PROFILES["streamlab"].gauges)
-    assert (reading.running, reading.waiting, reading.cache_in_use) == (0.0, 0.0, 0.0) and reading.idle
+    assert (reading.running, reading.waiting, reading.cache_in_use) == (0.0, 0.0, 0.0) and reading.is_idle()
 
 
 def test_targets_resolve_and_refuse_what_is_not_loopback():

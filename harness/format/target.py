@@ -2,10 +2,8 @@
 
     Target     where the server is (our own `streamlab serve`, a command we start, or a URL
                already serving on loopback), which API the clients speak, which model they name
-    Profile    what a kind of server lets us see from outside: its gauges for "running",
-               "waiting" and "cache in use" (Prometheus text or llama.cpp's /slots), whether its
-               API returns token ids, what it answers to each bad request, and which request
-               fields it needs to generate past an end-of-text token
+    Profile    what a kind of server lets us see from outside (harness.format.profile): a
+               built-in one by name, or written inline
 
 Every check on a target is evaluated or reported "not observable"; a profile decides which.
 `streamlab` is the reference profile: its own books (/stats, /debug/releases) make every
@@ -15,14 +13,15 @@ them were run against a real server is in docs/TARGETS.md.
 
 from __future__ import annotations
 
-import json
 import os
+from pathlib import Path
 from typing import Literal
 from urllib.parse import urlsplit
 
 from pydantic import Field, model_validator
 
 from harness.machine import reach
+from harness.format.profile import PROFILES, Profile, load_profile_file
 from harness.format.strict import Strict
 from streamlab.presets import PRESETS
 
@@ -35,85 +34,12 @@ VLLM_MIN_HEAD = 32
 Api = Literal["streamlab", "openai-completions", "openai-chat"]
 
 
-Gauge = Literal["running", "waiting", "cache_in_use"]
-
-
-class Gauges(Strict):
-    """Where a server reports its load: series names (summed over label sets) or llama.cpp's /slots."""
-    source: Literal["prometheus", "llamacpp_slots"] = "prometheus"
-    path: str = "/metrics"
-    running: str | None = None
-    waiting: str | None = None
-    cache_in_use: str | None = None
-
-
-class Profile(Strict):
-    name: str
-    description: str
-    native_books: bool = False  # streamlab's /stats, /debug/releases, /debug/invariants
-    gauges: Gauges | None = None
-    health_path: str | None = "/health"
-    token_ids: bool = False  # the API returns token ids (with `request_extra`), so identity compares ids
-    ignore_eos: Literal["field", "none"] = "field"  # "field": send ignore_eos; "none": request_extra says it
-    request_extra: dict = Field(default_factory=dict, description="fields added to every OpenAI request")
-    refusals: dict[str, tuple[int, str | None]] = Field(
-        default_factory=dict, description="bad request kind -> (status, error) this target answers on the "
-                                          "OpenAI routes, where it differs from what the scenario expects")
-    ran_here: bool = False  # run against a real server by this project's tests (the rest only parsed)
-
-
-PROFILES: dict[str, Profile] = {p.name: p for p in [
-    Profile(name="streamlab", description="our own server: every check observable from its books",
-            native_books=True, health_path="/healthz", token_ids=True, ran_here=True,
-            gauges=Gauges(running="streamlab_running", waiting="streamlab_waiting",
-                          cache_in_use="streamlab_blocks_reserved"),
-            request_extra={"return_token_ids": True},
-            # `pad_bytes` is a lab field of /v1/stream only: the OpenAI routes refuse it as unknown.
-            refusals={"lab_option": (422, "invalid_request")}),
-    Profile(name="transformers-serve", ran_here=True,
-            description="`transformers serve --continuous-batching`: no load gauges, text only",
-            ignore_eos="none", request_extra={"generation_config": json.dumps({"eos_token_id": -1})},
-            # FastAPI's own refusals: 422 with {"detail": [...]} where we answer 400/415/403. A
-            # convention, so mapped; its 500s and crashes are not mapped (see docs/TARGETS.md).
-            refusals={"malformed_json": (422, "detail"), "unknown_field": (422, "detail"),
-                      "wrong_content_type": (422, "detail"), "lab_option": (422, "detail")}),
-    Profile(name="vllm", description="vLLM's OpenAI server: /metrics gauges; token ids with return_token_ids",
-            token_ids=True, request_extra={"return_token_ids": True}, ran_here=True,
-            gauges=Gauges(running="vllm:num_requests_running", waiting="vllm:num_requests_waiting",
-                          cache_in_use="vllm:kv_cache_usage_perc"),
-            # Its own refusals (0.32.0's CPU backend, measured here): 400 for all of them, typed
-            # "Bad Request" where the body is not a request and "BadRequestError" where the request
-            # cannot be served. A convention, so mapped; what it serves instead is a finding.
-            refusals={"malformed_json": (400, "Bad Request"), "wrong_type": (400, "Bad Request"),
-                      "wrong_content_type": (400, "Bad Request"), "too_many_tokens": (400, "BadRequestError"),
-                      "body_too_large": (400, "BadRequestError"), "empty_prompt": (400, "BadRequestError")}),
-    Profile(name="tgi", description="text-generation-inference: queue and batch gauges, no cache gauge",
-            ignore_eos="none",
-            gauges=Gauges(running="tgi_batch_current_size", waiting="tgi_queue_size")),
-    Profile(name="sglang", description="SGLang (--enable-metrics): running, queue and token usage gauges",
-            gauges=Gauges(running="sglang:num_running_reqs", waiting="sglang:num_queue_reqs",
-                          cache_in_use="sglang:token_usage")),
-    # llama.cpp b11434 (scraped here): no KV-cache gauge; `kv_cache_tokens` was removed upstream
-    # (llama.cpp PRs 13660 and 22879), so the cache in use is not observable there.
-    Profile(name="llamacpp", description="llama.cpp's llama-server (--metrics): processing and deferred",
-            ran_here=True,
-            gauges=Gauges(running="llamacpp:requests_processing", waiting="llamacpp:requests_deferred"),
-            # Its own refusals (b11434, measured here): 400 for what we answer 422, and a body too
-            # large for the context refused as such. A convention, so mapped; what it serves
-            # instead of refusing is a finding (FINDINGS).
-            refusals={"malformed_json": (400, "invalid_request_error"), "wrong_type": (400, "invalid_request_error"),
-                      "body_too_large": (400, "exceed_context_size_error")}),
-    Profile(name="llamacpp-slots", description="llama.cpp's llama-server /slots: slots processing",
-            gauges=Gauges(source="llamacpp_slots", path="/slots", running="is_processing")),
-    Profile(name="generic", description="any OpenAI-compatible server: only what a client sees",
-            health_path=None),
-]}
-
-
 class Target(Strict):
     """A scenario's `target:` block, or `--target`. Without url or command: the scenario's own server."""
     name: str = "streamlab"
-    profile: str = "streamlab"
+    profile: str | Profile = Field("streamlab", description="what the checks can see on this server: a built-in "
+                                                            "profile's name, or one written here (harness/format/"
+                                                            "profile.py; `extends: NAME` starts from a built-in one)")
     api: Api = "streamlab"
     url: str | None = Field(None, description="a server already running: http or https, on this machine's loopback "
                                               "(http://127.0.0.1:8000) or, with its owner's consent (--allow-remote "
@@ -141,7 +67,7 @@ class Target(Strict):
 
     @model_validator(mode="after")
     def _check(self) -> "Target":
-        if self.profile not in PROFILES:
+        if isinstance(self.profile, str) and self.profile not in PROFILES:
             raise ValueError(f"profile: unknown profile {self.profile!r}; expected one of {sorted(PROFILES)}")
         if self.url is not None and self.command is not None:
             raise ValueError("give url or command, not both")
@@ -185,7 +111,7 @@ class Target(Strict):
 
     @property
     def profile_spec(self) -> Profile:
-        return PROFILES[self.profile]
+        return self.profile if isinstance(self.profile, Profile) else PROFILES[self.profile]
 
     @property
     def health(self) -> str | None:
@@ -219,15 +145,27 @@ TARGETS: dict[str, Target] = {t.name: t for t in [
 ]}
 
 
+def profile_named(spec: str | None) -> str | Profile | None:
+    """`--target-profile`: a built-in profile's name, or a profile file (what `streamlab target probe` writes)."""
+    if spec and spec not in PROFILES and (spec.endswith((".yaml", ".yml")) or os.path.sep in spec):
+        try:
+            return load_profile_file(Path(spec))
+        except OSError as exc:
+            raise ValueError(f"--target-profile: cannot read {spec}: {exc}") from None
+    return spec
+
+
 def resolve_target(spec: str | None, api: str | None = None, model: str | None = None,
                    profile: str | None = None, ca_file: str | None = None, insecure: bool = False) -> Target:
     """`--target NAME|URL` (with optional --target-api/-model/-profile, and --ca-file or --insecure
     for https) as a Target."""
     if spec is None or spec in TARGETS:
         base = TARGETS[spec or "streamlab"]
+        profile = profile_named(profile)
         changes = {k: v for k, v in (("api", api), ("model", model), ("profile", profile)) if v}
         return Target.model_validate({**base.model_dump(), **changes}) if changes else base
     if "://" in spec:
+        profile = profile_named(profile)
         return Target(name=spec, url=spec, api=api or "openai-completions", model=model,
                       profile=profile or "generic", ca_file=ca_file, insecure=insecure)
     if ca_file or insecure:

@@ -10,7 +10,7 @@ from harness.judge import target_checks  # noqa: F401  (registers the checks rea
 from harness.judge import wire_checks  # noqa: F401  (registers the checks on what a client reads)
 from harness.judge.lateness import TIMING_DEPENDENT, behind
 from harness.judge.registry import CHECKS, NATIVE, OUTSIDE, implements, settle, unobservable
-from harness.format.target import PROFILES
+from harness.format.profile import PROFILES, Profile
 
 
 @implements("leak_free")
@@ -253,13 +253,19 @@ def waste(scenario: Scenario | None, trace: Trace, solo: dict | None = None) -> 
                        f"({generated}/{read})", f"<= {scenario.expect.waste:g}")
 
 
+def traced_profile(target: dict) -> Profile:
+    """The profile a target run was observed with, as its trace keeps it (a name in older traces)."""
+    kept = target["profile"]
+    return PROFILES[kept] if isinstance(kept, str) else Profile.model_validate(kept)
+
+
 def run_checks(scenario: Scenario, trace: Trace, solo: dict[int, list[int] | str],
                timed: list[CheckResult] = ()) -> list[CheckResult]:
     """Every declared check that applies (harness.judge.registry), in its order; `timed`: the timing
     verdicts (harness.judge.timing.judge), which need this session's other runs. Each result passes
     the registry's one rule (nothing compared is not observable) and its negative-control mark."""
     t = trace.target
-    hidden = {} if t is None else unobservable(PROFILES[t["profile"]])
+    hidden = {} if t is None else unobservable(traced_profile(t))
     native = t is None or t["native_books"]  # our own books: every check observable
     timed_by_name = {r.name: r for r in timed}
     results = []

@@ -22,13 +22,14 @@ from harness.record.verdict import CheckResult
 
 if TYPE_CHECKING:
     from harness.format.scenario import Scenario
-    from harness.format.target import Profile
+    from harness.format.profile import Profile
 
 # How a check is observed on a server whose books we cannot read (a target):
 ON_TARGET = {
     "clients": "from what its clients read",
     "gauges": "through the target's load gauges",
     "health": "through the target's health route",
+    "counters": "through the target's tokens-generated counter",
     "never": "not observable: it needs our server's own books",
 }
 
@@ -88,8 +89,8 @@ CHECKS: tuple[CheckSpec, ...] = (
     CheckSpec("release_within", "every sequence whose client left was released within `steps` engine steps of the "
               "close and `seconds` of the client's close", lambda s: s.expect.release_within is not None, "gauges"),
     CheckSpec("waste", "tokens generated per token read over the abandoned streams is at most the bound",
-              lambda s: s.expect.waste is not None, "never",
-              why_not_on_target="it does not report tokens generated per request"),
+              lambda s: s.expect.waste is not None, "counters",
+              why_not_on_target="from the run's total: what the streams that did not leave read is taken off"),
     CheckSpec("resumption", "(a group of reconnectors) every reconnector resumed at least once (a fault that "
               "missed it proves nothing) and finished on one request id, with event numbers 1..n read once each",
               _has_resuming_clients, "clients"),
@@ -146,6 +147,8 @@ def unobservable(profile: "Profile") -> dict[str, str]:
         out |= {c.name: "no load gauges in its profile" for c in CHECKS if c.on_target == "gauges"}
     if profile.health_path is None:
         out |= {c.name: "no health route in its profile" for c in CHECKS if c.on_target == "health"}
+    if profile.counters is None or not profile.counters.generated_tokens:
+        out |= {c.name: "no tokens-generated counter in its profile" for c in CHECKS if c.on_target == "counters"}
     return out
 
 

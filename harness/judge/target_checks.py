@@ -29,9 +29,11 @@ def leak_free_by_gauges(scenario: Scenario | None, trace: Trace, solo: dict | No
         return CheckResult("leak_free", False, "gauges unreadable after the run", "running, waiting, cache 0",
                            [trace.target.get("settle_note") or "no reading"])
     shown = {k: v for k, v in final.items() if v is not None}
-    held = {k: v for k, v in shown.items() if v != 0}
+    idle_at = (trace.target.get("gauges") or {}).get("idle") or {}
+    held = {k: v for k, v in shown.items() if v > idle_at.get(k, 0.0)}
+    at = ", ".join(f"{k} <= {v:g}" for k, v in idle_at.items())
     return CheckResult("leak_free", not held, ", ".join(f"{k} {v:g}" for k, v in shown.items()),
-                       "every gauge the profile maps reads 0 after the run drains",
+                       "every gauge the profile maps reads idle after the run drains" + (f" ({at})" if at else " (0)"),
                        [f"{k} still {v:g}" for k, v in held.items()])
 
 
@@ -87,3 +89,26 @@ def capacity_restored(scenario: Scenario | None, trace: Trace, solo: dict | None
 
 def _ms(value: float | None) -> str:
     return "none" if value is None else f"{value * 1e3:.0f}ms"
+
+
+@implements("waste", outside=True)
+def waste_by_counter(scenario: Scenario | None, trace: Trace, solo: dict | None = None) -> CheckResult:
+    """From outside, per request is not shown, only the run's total: the target's tokens-generated
+    counter over the run (read after the capacity probe before it, and after the run drained,
+    before the probe after it), less what the streams that did not leave were given (their usage,
+    else the tokens they read), over what the abandoned streams read."""
+    bound = scenario.expect.waste
+    generated = trace.target.get("generated_tokens")
+    if generated is None:
+        return CheckResult("waste", False, "tokens generated: the counter gave no reading",
+                           f"<= {bound:g}", [trace.target.get("counter_note") or "no reading"])
+    left = [s for s in trace.streams if s.left_early]
+    stayed = sum((s.usage or {}).get("completion_tokens") or len(s.token_times)
+                 for s in trace.streams if not s.left_early)
+    read = sum(len(s.token_times) for s in left)
+    abandoned = generated - stayed
+    ratio = abandoned / max(read, 1)
+    return CheckResult("waste", bool(left) and ratio <= bound,
+                       f"{ratio:.2f} tokens generated per token read over {len(left)} abandoned streams "
+                       f"({abandoned:g}/{read}: the counter's {generated:g} less {stayed} for the streams that stayed)",
+                       f"<= {bound:g}", [] if left else ["no stream left early"])

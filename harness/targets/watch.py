@@ -14,7 +14,7 @@ import math
 import time
 
 from harness.record.trace import Probe, TargetObservation, NORMAL_FINISHES, StreamRecord, percentile
-from harness.targets.gauges import GaugeReading, read_gauges
+from harness.targets.gauges import GaugeReading, prometheus_samples, read_gauges, series_sum
 
 POLL_S = 0.025
 PROBE_PROMPT = "Return the number of items in the container."
@@ -33,6 +33,8 @@ class TargetWatch:
         self.probes: dict[str, dict] = {}
         self.probe_size = 1
         self.settle_note: str | None = None
+        self.counted_before: float | None = None
+        self.counter_note: str | None = None
 
     # ---- before the clients ----
 
@@ -40,6 +42,7 @@ class TargetWatch:
         self.probe_size = self.server.target.probe_clients or scenario.server.max_batch
         await self.probe("warm_up")  # a fresh server's first requests pay for its warm-up
         self.probes["before"] = await self.probe("before")
+        self.counted_before = await self.count()  # after the probes: the count is the run's alone
         if self.profile.gauges is not None:
             self.poller = asyncio.get_running_loop().create_task(self._poll())
 
@@ -81,6 +84,18 @@ class TargetWatch:
             ex.close_fin()
         return record, complete
 
+    async def count(self) -> float | None:
+        """The profile's tokens-generated counter now (None: it has none, or it could not be read)."""
+        counters = self.profile.counters
+        if counters is None or not counters.generated_tokens:
+            return None
+        try:
+            return series_sum(prometheus_samples(await self.server.endpoint.get_body(counters.path)),
+                              counters.generated_tokens)
+        except (OSError, asyncio.TimeoutError, ValueError) as exc:
+            self.counter_note = f"the counter could not be read: {exc}"
+            return None
+
     # ---- through the run ----
 
     async def read(self) -> GaugeReading | None:
@@ -113,7 +128,7 @@ class TargetWatch:
         deadline = time.monotonic() + drain_s
         while time.monotonic() < deadline:
             try:
-                if (await self.sample()).idle:
+                if (await self.sample()).is_idle(self.profile.gauges.idle):
                     return
             except (OSError, asyncio.TimeoutError, ValueError):
                 pass
@@ -128,6 +143,10 @@ class TargetWatch:
 
     async def finish(self) -> TargetObservation:
         self.cancel()
+        counted_after = await self.count()  # before the probe after: its tokens are not the run's
+        generated = None
+        if self.counted_before is not None and counted_after is not None:
+            generated = counted_after - self.counted_before
         final = None
         try:
             final = await self.read()
@@ -146,7 +165,9 @@ class TargetWatch:
                 health = False
         health = health if self.server.endpoint.alive() else False
         t = self.server.target
-        return {"name": t.name, "profile": t.profile, "api": t.api, "native_books": self.profile.native_books,
+        return {"name": t.name, "profile": self.profile.model_dump(mode="json"), "api": t.api,
+                "native_books": self.profile.native_books, "generated_tokens": generated,
+                "counter_note": self.counter_note,
                 "gauges": self.profile.gauges.model_dump() if self.profile.gauges else None,
                 "token_ids": self.profile.token_ids, "model_known": t.url is None,  # we started it with our export
                 "refusals": {k: list(v) for k, v in self.profile.refusals.items()},
