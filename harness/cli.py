@@ -234,3 +234,53 @@ def lab_main(argv: list[str] | None = None) -> int:
     args.json.write_text(json.dumps(result, indent=2) + "\n")
     console.print(f"wrote {args.json}")
     return 0
+
+
+def target_main(argv: list[str] | None = None) -> int:
+    """`streamlab target probe URL` (registered as a streamlab command in pyproject)."""
+    from harness.format.target import resolve_target
+    from harness.judge.registry import CHECKS, unobservable
+    from harness.targets.probe import probe, profile_yaml
+
+    parser = argparse.ArgumentParser(prog="streamlab target", description="what a running server lets the checks see")
+    sub = parser.add_subparsers(dest="target_command", required=True)
+    p = sub.add_parser("probe", help="ask a running server what it shows; print which checks are observable and "
+                                     "write a profile to edit and use (--target-profile FILE, or target.profile)")
+    p.add_argument("url", help="the server: http(s)://HOST:PORT")
+    p.add_argument("--api", choices=["openai-completions", "openai-chat"], default="openai-completions")
+    p.add_argument("--model", default=None, help="the model name requests carry (default: /v1/models' first)")
+    p.add_argument("--write", type=Path, default=None, metavar="PATH",
+                   help="where the profile goes (default: profile-HOST-PORT.yaml here)")
+    p.add_argument("--allow-remote", action="append", default=[], metavar="HOST",
+                   help="consent: HOST is a server you run that is not this machine's loopback")
+    p.add_argument("--ca-file", default=None, help="an https server's certificate is verified against these CAs")
+    p.add_argument("--insecure", action="store_true", help="an https server's certificate is not verified")
+    args = parser.parse_args(argv)
+    console = Console(width=None if sys.stdout.isatty() else 160)
+    reach.consent(args.allow_remote)
+    try:
+        target = resolve_target(args.url, args.api, args.model, "generic", args.ca_file, args.insecure)
+    except ValueError as exc:
+        console.print(f"[red]{exc}[/]")
+        return 2
+    report = probe(args.url, args.api, args.model, target.api_key, target.origin)
+    console.print(f"[bold]{args.url}[/] (model {report.model})")
+    console.print("routes: " + ", ".join(f"{path} {status or 'no answer'}" for path, status in report.routes.items()))
+    console.print("series found: " + (", ".join(f"{k} = {v}" for k, v in report.series.items()) or "none of the "
+                                      "known servers' (write your own names into the profile's gauges)"))
+    s = report.stream
+    console.print(f"a stream: status {s.get('status')}, {s.get('tokens', 0)} token events, token ids "
+                  f"{'yes' if s.get('token_ids') else 'no'}{' with ' + str(s['extra']) if s.get('extra') else ''}, "
+                  f"usage {'yes' if s.get('usage') else 'no'}, finish reason {s.get('finish_reason')}")
+    console.print("bad requests: " + ", ".join(f"{k} {st or 'no answer'} {err or ''}".strip()
+                                             for k, (st, err) in report.refusals.items()))
+    for finding in report.findings:
+        console.print(f"[yellow]finding:[/] {finding}")
+    hidden = unobservable(report.profile)
+    for check in CHECKS:
+        console.print(f"  {check.name:<18} {'[green]observable[/]' if check.name not in hidden else hidden[check.name]}")
+    origin = target.origin
+    out = args.write or Path(f"profile-{origin.host}-{origin.port}.yaml")
+    out.write_text(profile_yaml(report.profile))
+    console.print(f"wrote {out}: use it with --target-profile {out}, or inline as a scenario's target.profile")
+    return 0

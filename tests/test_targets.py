@@ -311,7 +311,35 @@ def _peer_runs() -> list:
         ctx = RunContext(results_dir=None, target=TARGETS[peer])
         for scenario in ctx.run_order([load_by_name(n) for n in scenarios_for(peer)]):
             runs.append(pytest.param(peer, scenario.name, id=f"{peer}-{scenario.name}"))
+        # Last, on the server the library left (no start of its own), since it sends the empty
+        # prompt that crashes transformers serve's worker.
+        runs.append(pytest.param(peer, PROBE, id=f"{peer}-{PROBE}"))
     return runs
+
+
+PROBE = "probe"  # `streamlab target probe` on the peer, not a scenario
+
+
+def _probe_peer(peer: str, ctx: RunContext) -> None:
+    """The probe's profile, used as it is, observes at least what the built-in one does; the
+    gauges and counters it found are the built-in's names."""
+    from harness.targets.probe import probe, profile_yaml
+
+    scenario = load_by_name("overlap_2")
+    origin, model = ctx.backends[ctx.live_mode(scenario)].server_for(scenario)
+    report = probe(f"http://{origin.authority}", model=model)
+    print(profile_yaml(report.profile), report.findings)
+    built_in = TARGETS[peer].profile_spec
+    lost = set(unobservable(report.profile)) - set(unobservable(built_in))
+    assert not lost, f"observable with the built-in {peer} profile, not with the probed one: {sorted(lost)}"
+    for kind in ("running", "waiting", "cache_in_use"):
+        mine = getattr(built_in.gauges, kind) if built_in.gauges else None
+        if mine:
+            assert getattr(report.profile.gauges, kind) == mine, (kind, report.series)
+    assert report.profile.token_ids == built_in.token_ids and report.stream["finish_reason"] is not None
+    for kind, answer in built_in.refusals.items():  # the conventions the built-in maps, found by asking
+        if kind in report.refusals:
+            assert tuple(report.profile.refusals.get(kind, ())) == tuple(answer), (kind, report.refusals[kind])
 
 
 @pytest.fixture(scope="module")
@@ -339,10 +367,12 @@ def peer_sessions():
 def test_a_real_peer_through_toxiproxy(peer, name, peer_sessions):
     """Every library scenario a peer can run (harness.targets.scope), through Toxiproxy: each
     check holds, is not observable there, or fails as an asserted finding."""
-    scenario = load_by_name(name)
     missing = binaries_missing(TARGETS[peer].uses)
     if missing:
         missing_peer(missing)
+    if name == PROBE:
+        return _probe_peer(peer, peer_sessions(peer))
+    scenario = load_by_name(name)
     reason = refused_here(scenario, "live", peer_sessions(peer))
     if reason:
         pytest.skip(reason)

