@@ -37,6 +37,8 @@ def observability_rows() -> list[str]:
                 cells.append("at least the chunks read (no token ids)")
             elif check in ("leak_free", "release_within") and not profile.native_books:
                 cells.append(f"gauges ({profile.gauges.source})")
+            elif check == "waste" and not profile.native_books:
+                cells.append(f"counter `{profile.counters.generated_tokens}`")
             else:
                 cells.append("evaluated")
         ran = "yes" if profile.ran_here else "parsed only" if profile.gauges else "only against a test stub"
@@ -127,6 +129,39 @@ WIRE_ON_PEERS = [
 ]
 
 
+# Issue 40: profiles as files, inline or probed, and servers elsewhere; measured here.
+YOUR_SERVER = [
+    "## Your own server: its profile, probed or written, wherever it runs",
+    "",
+    "The profiles above are files (`harness/format/profiles/*.yaml`). A scenario's `target.profile` may be one "
+    "of their names or a profile written inline (Prometheus series with label matchers, `name{label=\"v\"}`, "
+    "the matching samples summed; the value at which a gauge reads idle; `extends: NAME` to start from a "
+    "built-in one), and `--target-profile` takes a file. `streamlab target probe URL` asks a running server "
+    "what it shows (its routes, the known servers' series in its /metrics, llama.cpp's /slots, one stream's "
+    "token ids, usage and finish reason, each of the library's bad requests) and writes such a file. "
+    "`tests/test_targets.py` probes each peer after its library run: vLLM's and llama-server's probed gauges, "
+    "counters and refusal maps come out as the built-in files have them; on transformers serve the probe "
+    "finds that it refuses `ignore_eos` (422), serves max_tokens past its context (200) and answers the empty "
+    "prompt with a 500 (its worker dies: the finding below).",
+    "",
+    "`waste` is observed from outside where a profile names a tokens-generated counter (vLLM's "
+    "`vllm:generation_tokens_total`, llama-server's `llamacpp:tokens_predicted_total`): the counter over the "
+    "run (read after the capacity probe before it, and after the run drained) less what the streams that "
+    "stayed were given, over what the abandoned streams read. On `disconnect_rst_mid` (6 clients reset after "
+    "100 of 200 tokens, bound 1.3): vLLM 1.01 (606 generated for 600 read), llama-server 1.02 (611/600); "
+    "ours, from its own books, 1.01 (606/600). On llama-server's `disconnect_*_waiting` each client that left while "
+    "its request waited was still given a slot and one token (4 for 4 that read none): a finding. The run "
+    "table below was written before the counters were read: `tests/test_targets.py` judges `waste` on these "
+    "peers on every push.",
+    "",
+    "A server on another host is a target when its owner says so: `--allow-remote HOST` (or "
+    "`STREAMLAB_ALLOW_REMOTE`); https is verified against the host's name (system CAs, `--ca-file`, or an "
+    "explicit `--insecure`), spoken over the clients' own sockets through Toxiproxy. `tests/test_reach.py` "
+    "runs our server on 127.0.0.2 over https with a CA of its own, standing in for one.",
+    "",
+]
+
+
 def write_page(say=print) -> Path:
     t0 = time.perf_counter()
     rows, notes = run_rows(say)
@@ -153,6 +188,7 @@ def write_page(say=print) -> Path:
         "",
         *observability_rows(),
         "",
+        *YOUR_SERVER,
         "## Runs",
         "",
         *WIRE_ON_PEERS,
