@@ -51,6 +51,7 @@ class Progress:
     def pytest_collection_modifyitems(self, items) -> None:
         self.total = len(items)
 
+    @pytest.hookimpl(optionalhook=True)  # xdist's hook: a project without xdist runs the plugin too
     def pytest_xdist_node_collection_finished(self, node, ids) -> None:
         self.total = len(ids)
 

@@ -50,7 +50,9 @@ def test_a_project_of_its_own_runs_its_scenario_files_with_pytest_after_pip_inst
         (project / "checks" / "hello.yaml").write_text(SCENARIO.format(url=server.url))
         env = {**os.environ, "PYTHONPATH": str(tmp_path / "site"),
                "TOXIPROXY_SERVER": str(REPO / ".tools" / "bin" / "toxiproxy-server")}
-        done = subprocess.run([sys.executable, "-m", "pytest", "-k", "scenario", "-p", "no:cacheprovider", "-v",
+        # -p no:xdist: a project without pytest-xdist (the plugin's xdist hook is optional)
+        done = subprocess.run([sys.executable, "-m", "pytest", "-k", "scenario", "-p", "no:cacheprovider", "-p",
+                               "no:xdist", "-v",
                                "-c", str(project / "pytest.ini")], cwd=project, env=env, capture_output=True,
                               text=True, timeout=300)
     out = done.stdout + done.stderr
@@ -58,6 +60,10 @@ def test_a_project_of_its_own_runs_its_scenario_files_with_pytest_after_pip_inst
     assert "checks/hello.yaml::scenario[hello-live] PASSED" in out, out[-3000:]
     assert "scenario[hello-sim] SKIPPED" in out, out[-3000:]
     assert not (project / "conftest.py").exists()
+    # the wheel carries the scenario library and the built-in profiles (the probe and the suite read them)
+    site = tmp_path / "site"
+    assert (site / "scenarios" / "bad_requests.yaml").exists() and (site / "scenarios" / "baselines.json").exists()
+    assert (site / "harness" / "format" / "profiles" / "vllm.yaml").exists()
     # the plugin came from the installed wheel, not from this checkout
     where = subprocess.run([sys.executable, "-c", "import harness.collect as c; print(c.__file__)"], cwd=project,
                            env=env, capture_output=True, text=True, timeout=60).stdout
