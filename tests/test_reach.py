@@ -129,3 +129,60 @@ def test_a_server_on_another_host_over_tls_passes_its_checks_with_consent(tmp_pa
                 run_scenario(plain, "live", ctx)
         finally:
             ctx.close()
+
+
+SHARED = """\
+name: shared
+description: a sharded run's workers reach a server on another host through Toxiproxies of their own
+modes: [live]
+seed: 5
+target: {{url: "{url}", ca_file: "{ca}", api: streamlab, profile: streamlab}}
+server: {{model: tiny, max_batch: 8}}
+groups:
+  - name: far
+    count: 4
+    prompt: {{tokens: [8, 16]}}
+    request: {{max_new_tokens: 16}}
+    behaviour: {{kind: reader}}
+    network: {{toxics: [{{type: latency, latency_ms: 150}}]}}
+  - name: droppers
+    count: 4
+    prompt: {{tokens: [8, 16]}}
+    request: {{max_new_tokens: 200}}
+    behaviour: {{kind: dropper, after_tokens: 6, close: rst}}
+expect:
+  finish_reasons: {{far: {{length: 4}}, droppers: {{client_left: 4}}}}
+  release_within: {{steps: 2, seconds: 2.0}}
+"""
+
+
+@pytest.mark.skipif(live_unavailable() is not None, reason=str(live_unavailable()))
+def test_sharded_workers_reach_a_shared_target_through_toxiproxies_of_their_own(tmp_path, tiny, certificates,
+                                                                                 monkeypatch):
+    from harness.live.shards import Sharding, sharding_unavailable
+
+    if sharding_unavailable():
+        pytest.skip(sharding_unavailable())
+    import ray
+
+    monkeypatch.delenv(reach.ENV, raising=False)
+    server = AppServer(create_app(ServiceConfig(debug=True), tiny), host=REMOTE,
+                       tls=(certificates["cert"], certificates["key"]))
+    with running(server):
+        path = tmp_path / "shared.yaml"
+        path.write_text(SHARED.format(url=server.url, ca=certificates["ca"]))
+        reach.consent([REMOTE])
+        ctx = RunContext(results_dir=None, sharding=Sharding(2))
+        try:
+            outcome = run_scenario(load(path), "live", ctx)
+        finally:
+            ctx.close()
+            ray.shutdown()  # the local cluster's daemons must not outlive the test beside timed ones
+    failed = [c.line() for c in outcome.checks if not c.ok]
+    assert not failed, failed
+    workers = outcome.trace.workers
+    assert [w["clients"] for w in workers] == [4, 4], workers
+    assert all(w["via"] == f"its own Toxiproxy to {REMOTE}:{server.port}" for w in workers), workers
+    # the far group's toxic was applied on the workers' proxies: its first token a latency later
+    far = [s.token_times[0] - s.sent_at for s in outcome.trace.group("far")]
+    assert min(far) >= 0.15, far

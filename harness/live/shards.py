@@ -11,7 +11,8 @@ readings around it, known to within half that round trip) and names one start ti
 clock; each worker runs on the coordinator's timeline through its offset, so every record comes
 back in the coordinator's seconds and the merge is a placement by index. Ray places the workers
 (worker k on the cluster's live node k modulo their number) and carries the calls; `--workers N` starts a local cluster,
-`--ray ADDRESS` joins one already running, the same code path either way.
+`--ray ADDRESS` joins one already running, the same code path either way. A target at a URL is
+reached by each worker itself, through a Toxiproxy of its own (Shard.shared_target).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import asyncio
 import dataclasses
 import math
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from harness.format.scenario import JoinWhile, Scenario
@@ -59,6 +61,10 @@ class Shard:
     base_s: float  # the coordinator's monotonic reading at its run clock's zero
     start_s: float  # T0 on the coordinator's run clock: no client of any shard starts before it
     deadline_s: float | None
+    # A target at a URL (a server of the user's, reachable from every node): the worker's clients
+    # aim at it through a Toxiproxy of the worker's own, not at the coordinator's loopback. Its url,
+    # ca_file, insecure, and the hosts the user consented to (harness.machine.reach).
+    shared_target: dict | None = None
 
 
 @dataclass
@@ -70,12 +76,13 @@ class WorkerReport:
     offset_bound_s: float  # half the round trip of the exchange that measured offset_s
     lag_p99_ms: float = 0.0  # the worker's event loop lag while its clients ran
     margin_ms: float = 0.0  # how long before T0 its clients were ready: negative, they started late
+    via: str = "the coordinator's ports"  # where its clients connected
 
     def summary(self) -> dict:
         return {"worker": self.index, "node": self.node, "clients": self.clients,
                 "clock_offset_ms": round(self.offset_s * 1e3, 3),
                 "clock_offset_bound_ms": round(self.offset_bound_s * 1e3, 3), "loop_lag_p99_ms": self.lag_p99_ms,
-                "ready_before_t0_ms": self.margin_ms}
+                "ready_before_t0_ms": self.margin_ms, "via": self.via}
 
 
 def shard_of(planned: list, index: int, of: int) -> list[int]:
@@ -112,7 +119,7 @@ async def run_shard(shard: Shard) -> tuple[list, float, float]:
     """A worker's clients, on the coordinator's timeline (harness.clients.client.launch, as one process
     runs them); their records, the event loop's p99 lag over the run and how long before T0 the
     clients were ready (negative: late), both in ms."""
-    from harness.clients.client import launch, raw_opener
+    from harness.clients.client import launch
     from harness.machine.lag import LoopLag
     from harness.record.trace import StreamRecord
 
@@ -127,19 +134,60 @@ async def run_shard(shard: Shard) -> tuple[list, float, float]:
     def clock() -> float:  # the coordinator's run clock, read through this worker's offset
         return time.monotonic() - shard.offset_s - shard.base_s  # harness.live.loops: not uvloop's ms
 
-    def opener_for(pc):
-        return raw_opener(shard.ports[pc.group.name], pc.group.behaviour)
-
     capped = scenario.max_clients_at_once
     if capped:  # the cap is the scenario's over all workers: each takes its share
         scenario = scenario.model_copy(update={"max_clients_at_once": max(1, math.ceil(capped / shard.of))})
-    margin = shard.start_s - clock()
-    async with LoopLag(0.01) as lag:
-        # launch counts its deadline from now, past the last arrival, whose time is already on
-        # the coordinator's clock: so the deadline is given from this moment.
-        await launch(mine, records, scenario, clock, opener_for, None, shard.wire,
-                     None if shard.deadline_s is None else shard.deadline_s - clock())
+    with _own_proxies(shard, scenario) as opener_for:
+        margin = shard.start_s - clock()
+        async with LoopLag(0.01) as lag:
+            # launch counts its deadline from now, past the last arrival, whose time is already on
+            # the coordinator's clock: so the deadline is given from this moment.
+            await launch(mine, records, scenario, clock, opener_for, None, shard.wire,
+                         None if shard.deadline_s is None else shard.deadline_s - clock())
     return records, lag.ms(99), round(margin * 1e3, 1)
+
+
+@contextmanager
+def _own_proxies(shard: Shard, scenario: Scenario):
+    """How this worker's clients connect: to the coordinator's ports (its server and Toxiproxy on
+    this machine's loopback), or, for a shared target, through a toxiproxy-server of this
+    worker's own, one proxy per group with the group's toxics, to the target's address."""
+    from harness.clients.client import raw_opener
+
+    if shard.shared_target is None:
+        yield lambda pc: raw_opener(shard.ports[pc.group.name], pc.group.behaviour)
+        return
+    from harness.live.backend import proxied
+    from harness.live.toxiproxy import ToxiproxyClient, ToxiproxyServer
+    from harness.machine import reach
+
+    shared = shard.shared_target
+    reach.consent(shared["allowed"])
+    origin = shared_origin(shared)
+    server = ToxiproxyServer().start()
+    faults = ToxiproxyClient(server)
+    try:
+        ports = {g.name: faults.create_proxy(f"{scenario.name}__{g.name}__{shard.index}", origin.authority,
+                                            g.network.toxics if g.network else []).listen_port
+                 for g in proxied(scenario, every_group=True)}
+
+        def opener_for(pc):
+            name = pc.group.name
+            if name in ports:
+                return raw_opener(ports[name], pc.group.behaviour, origin=origin)
+            return raw_opener(origin.port, pc.group.behaviour, origin=origin, host=origin.host)  # `direct`
+        yield opener_for
+    finally:
+        faults.close()
+        server.stop()
+
+
+def shared_origin(shared: dict):
+    """The shared target's Origin, made where it is used (an SSL context does not cross processes)."""
+    from harness.format.target import Target
+
+    return Target(name="shared", url=shared["url"], ca_file=shared["ca_file"], insecure=shared["insecure"],
+                  profile="generic", api="openai-completions").origin
 
 
 class Sharding:
@@ -210,8 +258,9 @@ class Sharding:
         measured = [await asyncio.to_thread(self._offset, ray, a) for a in self._actors]
         nodes = await asyncio.to_thread(ray.get, [a.node.remote() for a in self._actors])
         ports = {g.name: server.port_for(g.name) for g in scenario.groups}
+        shared = self.shared_target(scenario, server.target)
         start = server.clock() + START_LEAD_S
-        shards = [Shard(data, k, self.workers, ports, server.wire, offset, server.base, start, deadline_s)
+        shards = [Shard(data, k, self.workers, ports, server.wire, offset, server.base, start, deadline_s, shared)
                   for k, (offset, _) in enumerate(measured)]
         refs = [a.run.remote(run_shard, s) for a, s in zip(self._actors, shards)]
         try:
@@ -222,13 +271,28 @@ class Sharding:
             self.close()
             raise
         self.reports = []
+        via = f"its own Toxiproxy to {server.target.origin.authority}" if shared else "the coordinator's ports"
         for k, ((shard_records, lag, margin), (offset, bound)) in enumerate(zip(results, measured)):
             mine = shard_of(planned, k, self.workers)
             assert len(mine) == len(shard_records), (k, len(mine), len(shard_records))
             for i, rec in zip(mine, shard_records):
                 records[i] = rec
             self.reports.append(WorkerReport(k, nodes[k], len(shard_records), offset, bound, lag_p99_ms=lag,
-                                             margin_ms=margin))
+                                             margin_ms=margin, via=via))
+
+    @staticmethod
+    def shared_target(scenario: Scenario, target) -> dict | None:
+        """A URL target is reached by each worker itself (through its own Toxiproxy); a fault that
+        the coordinator toggles in time (a proxy down, a toxic's window) cannot reach those proxies."""
+        if target is None or target.url is None:
+            return None
+        toggled = [g.name for g in scenario.groups if g.network and (g.network.down or g.network.windows)]
+        if toggled:
+            raise ValueError(f"{scenario.name}: cannot shard a run on a shared target with faults toggled in time "
+                             f"({', '.join(toggled)}): each worker's Toxiproxy is its own")
+        from harness.machine import reach
+        return {"url": target.url, "ca_file": target.ca_file, "insecure": target.insecure,
+                "allowed": sorted(reach.allowed_hosts())}
 
     def close(self) -> None:
         if self._actors:
