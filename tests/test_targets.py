@@ -391,3 +391,29 @@ def test_a_real_peer_through_toxiproxy(peer, name, peer_sessions):
         else:
             assert check.ok, check.line()
     assert got["capacity_restored"].observed and got["healthy"].observed
+
+
+# llama-server's gauges written by hand, as a user whose server the built-in profiles do not name would.
+BY_HAND = {"name": "llama-server by hand", "description": "its /metrics, as read from a scrape",
+           "gauges": {"running": "llamacpp:requests_processing", "waiting": "llamacpp:requests_deferred"}}
+
+
+@pytest.mark.slow
+def test_an_inline_profile_written_by_hand_observes_what_generic_cannot_on_llama_server():
+    missing = binaries_missing(TARGETS["llamacpp"].uses)
+    if missing:
+        missing_peer(missing)
+    scenario = load_by_name("disconnect_rst_mid")
+    seen = {}
+    with hold_machine():
+        for label, profile in (("by hand", BY_HAND), ("generic", "generic")):
+            target = Target.model_validate({**TARGETS["llamacpp"].model_dump(), "profile": profile})
+            ctx = RunContext(results_dir=None, target=target)
+            try:
+                seen[label] = {c.name: c for c in run_scenario(scenario, "live", ctx).checks}
+            finally:
+                ctx.close()
+    for check in ("leak_free", "release_within"):
+        assert seen["by hand"][check].observed and seen["by hand"][check].passed, seen["by hand"][check].line()
+        assert not seen["generic"][check].observed, seen["generic"][check].line()
+    assert seen["by hand"]["waste"].observed is False  # it names no token counter
