@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from streamlab import openai_fields
 from streamlab.errors import envelope
 from streamlab.sampling import SamplingParams
 
@@ -54,8 +55,12 @@ class StreamOptions(BaseModel):
 
 
 class _Common(BaseModel):
-    """Fields both endpoints share. Unknown fields are refused, so nothing is silently ignored."""
+    """Fields both endpoints share. The fields OpenAI's schemas and other engines' clients send that
+    change nothing here are taken out first, and those at a value we do not implement refused by
+    name (streamlab/openai_fields.py, the one table); anything else unknown is refused, so nothing
+    is silently ignored."""
     model_config = ConfigDict(extra="forbid", strict=True)
+    ROUTE: ClassVar[str]
 
     model: str = Field(min_length=1)
     stream: bool = False
@@ -65,16 +70,23 @@ class _Common(BaseModel):
     seed: int | None = Field(default=None, ge=0, le=2**63 - 1)
     stop: str | list[str] | None = None
     n: int = Field(default=1, ge=1, le=1, description="only 1 is supported")
-    user: str | None = None  # accepted and ignored, as an identifier for the caller's own logs
     # vLLM's extensions, under vLLM's names:
-    top_k: int = Field(default=0, ge=0)
+    top_k: int = Field(default=0, ge=-1, description="0, or vLLM's -1: no limit")
     ignore_eos: bool = False
     return_token_ids: bool = False
+    skip_special_tokens: bool = False  # ours keeps end of text's text unless asked (vLLM's default is true)
     # Ours: the first-token deadline the server's deadline gate holds the request to.
     ttft_deadline_ms: float | None = Field(default=None, gt=0, le=600_000)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _screen(cls, data):
+        return openai_fields.screened(data, cls.ROUTE)
+
     @model_validator(mode="after")
     def _check(self):
+        if self.top_k == -1:
+            self.top_k = 0
         if self.stream_options is not None and not self.stream:
             raise ValueError("stream_options: only allowed when stream is true")
         stops = self.stops
@@ -99,6 +111,7 @@ class _Common(BaseModel):
 
 
 class CompletionRequest(_Common):
+    ROUTE = openai_fields.COMPLETIONS
     # One prompt: a string, a list holding one string, or a list of token ids.
     prompt: str | list[str] | list[int]
     max_tokens: int = Field(default=16, ge=1)  # OpenAI's default for completions
@@ -134,6 +147,7 @@ class ChatMessage(BaseModel):
 
 
 class ChatCompletionRequest(_Common):
+    ROUTE = openai_fields.CHAT
     messages: list[ChatMessage] = Field(min_length=1)
     max_tokens: int | None = Field(default=None, ge=1)  # deprecated by OpenAI, still sent by many clients
     max_completion_tokens: int | None = Field(default=None, ge=1)
@@ -156,7 +170,8 @@ def sse_data(payload: dict) -> bytes:
 class ChunkWriter:
     """Builds one stream's OpenAI chunks (completion or chat) from hub events' payloads."""
 
-    def __init__(self, chat: bool, request_id: str, model: str, include_usage: bool, token_ids: bool) -> None:
+    def __init__(self, chat: bool, request_id: str, model: str, include_usage: bool, token_ids: bool,
+                 hidden_ids: frozenset[int] = frozenset()) -> None:
         self.chat = chat
         self.id = ("chatcmpl-" if chat else "cmpl-") + request_id
         self.object = "chat.completion.chunk" if chat else "text_completion"
@@ -164,7 +179,7 @@ class ChunkWriter:
         self.created = int(time.time())
         self.include_usage = include_usage
         self.token_ids = token_ids
-
+        self.hidden_ids = hidden_ids  # skip_special_tokens: these tokens' text is left out
     def _chunk(self, choices: list[dict], **extra) -> bytes:
         return sse_data({"id": self.id, "object": self.object, "created": self.created, "model": self.model,
                          "choices": choices, **extra})
@@ -187,7 +202,8 @@ class ChunkWriter:
         return self._chunk([self._choice("", [], None)], **extra) if extra else b""
 
     def token(self, payload: dict) -> bytes:
-        return self._chunk([self._choice(payload["text"], [payload["token_id"]], None)])
+        text = "" if payload["token_id"] in self.hidden_ids else payload["text"]
+        return self._chunk([self._choice(text, [payload["token_id"]], None)])
 
     def done(self, payload: dict) -> bytes:
         finish = FINISH_REASONS.get(payload["finish_reason"], payload["finish_reason"])

@@ -102,14 +102,15 @@ def serving_routes(config: ServiceConfig) -> list[Route]:
                                 "model")
         hub, s = admit(request, ids, req.sampling(max_new), req.stops, req.ttft_deadline_ms)
         if req.stream:
-            writer = ChunkWriter(chat, s.request_id, loaded.name, req.include_usage, req.return_token_ids)
+            writer = ChunkWriter(chat, s.request_id, loaded.name, req.include_usage, req.return_token_ids,
+                                 hidden(req, loaded))
             try:
                 return HubStreamingResponse(hub, s, openai_body(hub, s, config.keepalive_s, writer, ids))
             except BaseException:
                 hub.close(s, "internal_error")
                 raise
         def render(events: list[StreamEvent]) -> Response:
-            text, token_ids, last = generation(events)
+            text, token_ids, last = generation(events, hidden(req, loaded))
             if last.kind == "error":
                 err = last.payload["error"]
                 return JSONResponse(error_object(err["type"], err["message"], 503), status_code=503)
@@ -142,7 +143,17 @@ def serving_routes(config: ServiceConfig) -> list[Route]:
     ]
 
 
-def generation(events: list[StreamEvent]) -> tuple[str, list[int], StreamEvent]:
-    """A collected stream (the non-streaming routes): its text, its token ids, its last event."""
+def generation(events: list[StreamEvent], hidden_ids: frozenset[int] = frozenset()
+               ) -> tuple[str, list[int], StreamEvent]:
+    """A collected stream (the non-streaming routes): its text (less the text of `hidden_ids`),
+    its token ids, its last event."""
     tokens = [e.payload for e in events if e.kind == "token"]
-    return "".join(t["text"] for t in tokens), [t["token_id"] for t in tokens], events[-1]
+    text = "".join(t["text"] for t in tokens if t["token_id"] not in hidden_ids)
+    return text, [t["token_id"] for t in tokens], events[-1]
+
+
+def hidden(req, loaded: LoadedModel) -> frozenset[int]:
+    """The tokens whose text an OpenAI request leaves out: the special ones, with skip_special_tokens."""
+    if not req.skip_special_tokens:
+        return frozenset()
+    return frozenset(loaded.tokenizer.get_added_vocab().values()) | {loaded.tokenizer.eos_token_id}
