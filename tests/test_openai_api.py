@@ -187,3 +187,27 @@ def test_closing_an_openai_stream_early_releases_within_one_step(tiny):
             assert record["reason"] == "cancelled" and record["completion_tokens"] < 900
             assert record["release_step"] <= record["closed_after_step"] + 1, record
         assert stats["cancellations"]["client_gone"] == 2
+
+
+def _known_to(method, params: dict) -> tuple[dict, dict]:
+    """Split params into those `method` (the installed client's) takes and the rest (sent as extra_body)."""
+    import inspect
+
+    names = set(inspect.signature(method).parameters)
+    return {k: v for k, v in params.items() if k in names}, {k: v for k, v in params.items() if k not in names}
+
+
+def test_the_official_client_with_every_documented_parameter_at_its_default(server):
+    """Issue 44: what the official client sends when a caller spells out each default."""
+    from streamlab.openai_fields import CHAT, COMPLETIONS, on_route
+
+    c = client(server)
+    for route, create in ((COMPLETIONS, c.completions.create), (CHAT, c.chat.completions.create)):
+        params = {f.name: f.documented_default for f in on_route(route) if f.origin == "OpenAI"}
+        params |= {"model": "tiny", "max_tokens": 4, "stream": False, "stream_options": None}
+        if route == CHAT:
+            params["max_completion_tokens"] = 4
+        given, extra = _known_to(create, params)
+        reply = create(**given, extra_body=extra or None)
+        assert reply.choices[0].finish_reason == "length" and reply.usage.completion_tokens == 4, (route, reply)
+    assert_clean(settled(server))
