@@ -22,6 +22,47 @@ from tests.peers import missing_peer
 
 PROMPTS, CONCURRENCY = 64, 32
 
+# The same load through our own harness, straight to the same server (no Toxiproxy), so the two
+# tools' figures can be set side by side.
+SAME_LOAD = f"""\
+name: same_load
+modes: [live]
+seed: 1
+max_clients_at_once: {CONCURRENCY}
+target: {{url: "URL", api: openai-completions, profile: streamlab}}
+server: {{model: tiny, max_batch: {CONCURRENCY}}}
+groups:
+  - name: clients
+    count: {PROMPTS}
+    prompt: {{tokens: [16, 16]}}
+    request: {{max_new_tokens: 16, ignore_eos: true}}
+    behaviour: {{kind: reader}}
+    network: {{direct: true}}
+expect:
+  finish_reasons: {{clients: {{length: {PROMPTS}}}}}
+"""
+
+
+def ours(url: str, folder) -> dict[str, float]:
+    """TTFT p50, inter-token gap p50 (ms) and output tokens/s of the same load, as our harness reads it."""
+    from harness.format.load import load
+    from harness.record.trace import percentile
+    from harness.run.runner import RunContext, run_scenario
+
+    path = folder / "same_load.yaml"
+    path.write_text(SAME_LOAD.replace("URL", url))
+    ctx = RunContext(results_dir=None)
+    try:
+        outcome = run_scenario(load(path), "live", ctx)
+    finally:
+        ctx.close()
+    assert outcome.ok, outcome.failures()
+    streams = outcome.trace.streams
+    gaps = [b - a for s in streams for a, b in zip(s.token_times, s.token_times[1:])]
+    span = max(s.token_times[-1] for s in streams) - min(s.sent_at for s in streams)
+    return {"ttft_ms": percentile([s.token_times[0] - s.sent_at for s in streams], 50) * 1e3,
+            "itl_ms": percentile(gaps, 50) * 1e3, "tokens_per_s": sum(len(s.token_times) for s in streams) / span}
+
 
 @pytest.mark.slow
 @pytest.mark.parametrize("backend,endpoint", [("openai", "/v1/completions"), ("openai-chat", "/v1/chat/completions")])
@@ -39,6 +80,7 @@ def test_vllm_bench_serve_completes_every_request(backend, endpoint, tiny, tmp_p
              "--save-result", "--result-dir", str(tmp_path), "--result-filename", "bench.json"],
             capture_output=True, text=True, timeout=300, env={**os.environ, **VLLM_SERVER_ENV})
         assert_clean(asyncio.run(server.settle()))  # nothing held after 64 streams
+        mine = ours(server.url, tmp_path) if backend == "openai" else None
     out = done.stdout + done.stderr
     assert done.returncode == 0, out[-3000:]
     result = json.loads((tmp_path / "bench.json").read_text())
@@ -47,3 +89,8 @@ def test_vllm_bench_serve_completes_every_request(backend, endpoint, tiny, tmp_p
     print(f"vllm bench serve --backend {backend}: {result['completed']}/{PROMPTS} completed; TTFT p50 "
           f"{result['median_ttft_ms']:.1f} ms, ITL p50 {result['median_itl_ms']:.2f} ms, "
           f"{result['output_throughput']:.0f} output tokens/s")
+    if mine is not None:  # the same load, measured by both tools on the same server, one after the other
+        theirs = {"ttft_ms": result["median_ttft_ms"], "itl_ms": result["median_itl_ms"],
+                  "tokens_per_s": result["output_throughput"]}
+        print("same load, our harness / vllm bench serve: " + ", ".join(
+            f"{k} {mine[k]:.2f} / {theirs[k]:.2f} ({mine[k] / theirs[k]:.2f}x)" for k in theirs))
