@@ -63,8 +63,12 @@ def known_series() -> dict[str, list[str]]:
 
 def library_refusals() -> dict[str, tuple[int, str]]:
     """Each bad request of the library's bad_requests scenario -> the (status, error) it expects."""
-    return {g.behaviour.send: (g.behaviour.expect_status, g.behaviour.expect_error)
-            for g in load_by_name("bad_requests").groups if g.behaviour.kind == "bad_request"}
+    out = {}
+    for g in load_by_name("bad_requests").groups:
+        expected = g.behaviour.expected_refusal({})  # None: a group that is not refused (its readers)
+        if expected is not None:
+            out[g.behaviour.send] = expected
+    return out
 
 
 class Prober:
