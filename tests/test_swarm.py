@@ -88,7 +88,11 @@ def test_the_swarm_finds_each_seeded_defect_and_shrinks_it(defect: str, tmp_path
     if defect in SLOW_TO_FIND and not os.environ.get("STREAMLAB_SWARM_PROOF"):
         pytest.skip(f"{defect} takes {DEFECT_SEEDS[defect][1]} runs from its seed: STREAMLAB_SWARM_PROOF=1 searches")
     seed, runs = DEFECT_SEEDS[defect]
-    result = search(seed=seed, runs=max(2 * runs, 30), defect=defect, database=None)
+    # 4x the runs it took from its seed: a fresh clone's CI (at 818a678) did not find last_free_block
+    # in 52 runs (26 here) nor shared_seed_rng in 60 (30 here), where every earlier CI had, and a
+    # process here that ran other modules first found both at their counts. A search stops at its
+    # find, so the budget costs only where it misses.
+    result = search(seed=seed, runs=max(4 * runs, 60), defect=defect, database=None)
     found = result.found
     assert found is not None, f"{defect}: not found in {result.runs} runs"
     groups, clients, _ = size(found.scenario)

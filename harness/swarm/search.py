@@ -55,6 +55,12 @@ def _premise_only(result: CheckResult) -> bool:
     return premise is not None and bool(result.details) and all(premise in d for d in result.details)
 
 
+def finding(result: CheckResult) -> bool:
+    """A failed check that is a finding for the swarm, on our server or a target: judged here, and
+    not only a drawn scenario's premise that did not hold."""
+    return not result.ok and result.name not in NOT_JUDGED and not _premise_only(result)
+
+
 class _OutOfBudget(BaseException):
     """The search's budget is spent. A BaseException, so Hypothesis does not take it for a
     failure to shrink (it catches Exception) and it ends the search."""
@@ -88,8 +94,7 @@ class Judge:
             trace, planned = self._run_trace(scenario, self.backend)
             self.last_states = states_reached(trace)
             solo = self.references.solo(scenario, planned, trace.streams) if scenario.expect.identity else {}
-            results = [r for r in run_checks(scenario, trace, solo)
-                       if r.name not in NOT_JUDGED and not _premise_only(r)]
+            results = [r for r in run_checks(scenario, trace, solo) if finding(r)]
             results += swarm_properties(scenario, trace)
         except Exception as exc:  # the harness or the server broke on a valid scenario: a finding too
             last = traceback.format_exception(exc)[-1].strip()
