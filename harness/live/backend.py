@@ -282,9 +282,9 @@ class LiveBackend:
             key = scenario.server.api_key if self.target.own_server else self.target.api_key
             wire = wire_for(self.target.api, model, profile.request_extra, profile.ignore_eos, key)
             front = endpoint.port
-            upstream: int | str = endpoint.port if endpoint.origin.host == "127.0.0.1" else endpoint.origin.authority
+            upstream: int | str = endpoint.origin.authority
             spec = scenario.server.proxy
-            if spec is not None and endpoint.origin != Origin("127.0.0.1", endpoint.port):
+            if spec is not None and (endpoint.origin.host != "127.0.0.1" or endpoint.origin.tls is not None):
                 raise RuntimeError(f"{scenario.name}: an nginx front (server.proxy) stands before a plain http "
                                    f"server on 127.0.0.1, not {endpoint.origin.authority}")
             if spec is not None:  # nginx between Toxiproxy and the server
@@ -297,9 +297,7 @@ class LiveBackend:
             if groups:
                 toxiproxy = await asyncio.to_thread(ToxiproxyServer().start)
                 faults = ToxiproxyClient(toxiproxy)
-                for g in groups:
-                    proxies[g.name] = await asyncio.to_thread(faults.create_proxy, f"{scenario.name}__{g.name}",
-                                                              upstream, g.network.toxics if g.network else [])
+                proxies = await asyncio.to_thread(faults.proxy_groups, scenario.name, groups, upstream)
             server = LiveServer(endpoint, proxies, wire, self.target, front, spec,
                                 scenario.server.model if self.target.own_server else None)
             if self.target.own_server:

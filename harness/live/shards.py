@@ -167,9 +167,9 @@ def _own_proxies(shard: Shard, scenario: Scenario):
     server = ToxiproxyServer().start()
     faults = ToxiproxyClient(server)
     try:
-        ports = {g.name: faults.create_proxy(f"{scenario.name}__{g.name}__{shard.index}", origin.authority,
-                                            g.network.toxics if g.network else []).listen_port
-                 for g in proxied(scenario, every_group=True)}
+        handles = faults.proxy_groups(f"{scenario.name}__worker{shard.index}", proxied(scenario, every_group=True),
+                                      origin.authority)
+        ports = {name: handle.listen_port for name, handle in handles.items()}
 
         def opener_for(pc):
             name = pc.group.name

@@ -115,6 +115,12 @@ class ToxiproxyClient:
         listen = self._call(self._client.get_proxy, name).listen
         return ProxyHandle(name, int(listen.rsplit(":", 1)[1]), proxy)
 
+    def proxy_groups(self, prefix: str, groups: list, upstream: int | str) -> dict[str, ProxyHandle]:
+        """One proxy per group (named PREFIX__GROUP), each with the group's toxics, to `upstream`:
+        the coordinator's proxies and a shard worker's own are made alike."""
+        return {g.name: self.create_proxy(f"{prefix}__{g.name}", upstream, g.network.toxics if g.network else [])
+                for g in groups}
+
     def add_toxic(self, handle: ProxyHandle, name: str, toxic: ToxicSpec) -> None:
         """A toxic on a proxy that may have connections open: Toxiproxy applies it to them too."""
         self._call(handle.proxy.add_toxic, name=name, type=toxic.type, stream=toxic.stream,
