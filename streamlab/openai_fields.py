@@ -17,6 +17,7 @@ argument, so a misspelt option is not mistaken for one that took effect.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -142,6 +143,11 @@ def field_on(route: str, name: str) -> KnownField | None:
     return next((f for f in on_route(route) if f.name == name), None)
 
 
+def _json(value: Any) -> str:
+    """A value as the client wrote it (JSON), for refusals and the docs table."""
+    return json.dumps(value)
+
+
 def screened(data: Any, route: str) -> Any:
     """A request body with the fields that change nothing taken out (those at a neutral value, and
     the no-effect hints), so the request model sees only what it implements; a field at a value
@@ -155,9 +161,8 @@ def screened(data: Any, route: str) -> Any:
             continue
         value = out.pop(f.name)
         if not f.accepts(value):
-            allowed = " or ".join("null" if v is None else repr(v).replace("'", '"').replace("True", "true")
-                                  .replace("False", "false") for v in f.neutral)
-            raise ValueError(f"{f.name}: {value!r} is not supported here ({f.does}); only {allowed} is accepted")
+            allowed = " or ".join(_json(v) for v in f.neutral)
+            raise ValueError(f"{f.name}: {_json(value)} is not supported here ({f.does}); only {allowed} is accepted")
     return out
 
 
@@ -166,8 +171,7 @@ def docs_table() -> str:
     def values(f: KnownField) -> str:
         if f.kind != "neutral":
             return "any" if f.kind == "no effect" else "as documented"
-        return ", ".join("null" if v is None else f"`{v!r}`".replace("'", '"').replace("True", "true")
-                         .replace("False", "false") for v in f.neutral)
+        return ", ".join("null" if v is None else f"`{_json(v)}`" for v in f.neutral)
     rows = ["| field | routes | from | here | accepted values | what it does here |", "|---|---|---|---|---|---|"]
     for f in FIELDS:
         routes = "both" if f.routes == BOTH else f.routes[0]
