@@ -63,6 +63,9 @@ class _LingeringTransport:
         return self._protocol.lingering or self._transport.is_closing()
 
 
+CONNECTION_LOST = "streamlab.connection_lost"  # scope key: a callable, true once the client's connection is gone
+
+
 def guarded_h11(header_timeout_s: float, max_head_bytes: int = 16 * 1024) -> type[H11Protocol]:
     """uvicorn's h11 protocol class with a header-read timeout and a head-size limit
     (uvicorn.Config(http=...))."""
@@ -127,6 +130,11 @@ def guarded_h11(header_timeout_s: float, max_head_bytes: int = 16 * 1024) -> typ
             super().handle_events()
             if self.cycle is not before:  # a whole head arrived: the request is the app's now
                 self._disarm()
+                cycle = self.cycle
+                # uvicorn's send() returns silently once the connection is lost, and the app hears
+                # of it only when its listener task next runs: a body loop may take events (and
+                # resume a paused sequence, its queue drained) before then. This asks directly.
+                cycle.scope[CONNECTION_LOST] = lambda: cycle.disconnected
 
         def connection_lost(self, exc) -> None:
             self._disarm()

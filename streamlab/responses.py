@@ -21,6 +21,7 @@ from collections.abc import AsyncIterator, Callable
 from starlette.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
+from streamlab.guard import CONNECTION_LOST
 from streamlab.hub import Hub
 from streamlab.hub.streams import Stream, StreamEvent
 from streamlab.openai_api import ChunkWriter
@@ -80,6 +81,8 @@ class HubStreamingResponse(StreamingResponse):
         self.attachment = stream.attachment  # this connection's claim on the stream
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if CONNECTION_LOST in scope:  # this connection's, while it owns the stream
+            self.stream.connection_lost = scope[CONNECTION_LOST]
         try:
             await self.serve(scope, receive, send)
         finally:

@@ -256,6 +256,27 @@ async def test_only_the_client_is_blamed_for_a_stall(tiny, policy, monkeypatch):
         assert_clean(await svc.settle())
 
 
+async def test_a_paused_stream_whose_connection_is_lost_is_not_resumed_before_its_close(tiny):
+    """uvicorn's send() returns silently once the connection is lost, before the response's
+    listener hears of it: a body loop that went on taking events drained the queue and resumed
+    the paused sequence, which its close then cancelled running (slow_reader_pause_leave live
+    reached 'cancelled while paused' in half its runs). Asked first, nothing is taken."""
+    from streamlab.sampling import SamplingParams
+
+    config = cfg(backpressure=BackpressureConfig(Policy("pause"), queue_limit=4, stall_timeout_s=0.02))
+    async with running_service(config, tiny) as svc:
+        hub = svc.hub
+        stream = hub.open(tiny.tokenizer.encode(PROMPT), SamplingParams(max_new_tokens=1000, ignore_eos=True), [])
+        await svc.until(lambda _: stream.paused, deadline_s=2.0)
+        queued = len(stream.queue)
+        stream.connection_lost = lambda: True
+        assert [e async for e in hub.events(stream, keepalive_s=60)] == []
+        assert stream.paused and len(stream.queue) == queued
+        hub.close(stream, "client_gone")
+        await svc.until(lambda _: hub.stats()["cancelled_while"]["paused"] == 1, deadline_s=2.0)
+        assert_clean(await svc.settle())
+
+
 async def test_naive_policy_stalls_the_healthy_streams(tiny):
     """The negative control: the step loop waits for the slow reader, so everyone does."""
     slow, healthy, healthy_done, *_ = await run_slow_reader_mix(tiny, "naive")

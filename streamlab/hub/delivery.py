@@ -45,6 +45,8 @@ class Delivery:
             yield event
             stream.written(self.clock())
         while stream.attachment == attachment:
+            if stream.connection_lost():
+                return  # the response's close follows: nothing taken for a client that is gone
             if stream.queue:
                 event = stream.queue.popleft()
                 stream.taken.set()

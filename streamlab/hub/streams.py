@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import NamedTuple
 
 from streamlab.detokenizer import TextStream
@@ -48,6 +49,10 @@ class ReleaseRecord:
     closed_after_step: int | None  # engine steps begun at that moment: release_step should be the next
 
 
+def _never() -> bool:
+    return False
+
+
 @dataclass
 class Stream:
     request_id: str
@@ -77,6 +82,10 @@ class Stream:
     attachment: int = 0
     detached_since: float | None = None
     expiry: asyncio.TimerHandle | None = None
+    # Whether the attached connection is gone, asked before each event is taken (the response
+    # sets it from its server's scope; streamlab.guard.CONNECTION_LOST): an event taken for a
+    # gone client drained the queue and resumed a paused sequence before the close cancelled it.
+    connection_lost: Callable[[], bool] = field(default=_never, repr=False)
 
     def client_stalled_s(self, now: float) -> float:
         """The client's share of the time at the limit, up to `now` (the policy's stall timer)."""
