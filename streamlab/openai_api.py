@@ -52,6 +52,8 @@ def error_payload(path: str, error_type: str, message: str, status: int, param: 
 class StreamOptions(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
     include_usage: bool = False
+    # vLLM's: with include_usage, every chunk carries the usage so far (guidellm sends it).
+    continuous_usage_stats: bool = False
 
 
 class _Common(BaseModel):
@@ -105,6 +107,10 @@ class _Common(BaseModel):
     @property
     def include_usage(self) -> bool:
         return bool(self.stream_options and self.stream_options.include_usage)
+
+    @property
+    def continuous_usage(self) -> bool:
+        return self.include_usage and self.stream_options.continuous_usage_stats
 
     def sampling(self, max_new_tokens: int) -> SamplingParams:
         return SamplingParams.of(self, max_new_tokens=max_new_tokens)
@@ -171,7 +177,7 @@ class ChunkWriter:
     """Builds one stream's OpenAI chunks (completion or chat) from hub events' payloads."""
 
     def __init__(self, chat: bool, request_id: str, model: str, include_usage: bool, token_ids: bool,
-                 hidden_ids: frozenset[int] = frozenset()) -> None:
+                 hidden_ids: frozenset[int] = frozenset(), continuous_usage: bool = False) -> None:
         self.chat = chat
         self.id = ("chatcmpl-" if chat else "cmpl-") + request_id
         self.object = "chat.completion.chunk" if chat else "text_completion"
@@ -180,7 +186,11 @@ class ChunkWriter:
         self.include_usage = include_usage
         self.token_ids = token_ids
         self.hidden_ids = hidden_ids  # skip_special_tokens: these tokens' text is left out
+        self.continuous_usage = continuous_usage  # every chunk carries the usage so far
+        self.prompt_tokens = self.completion_tokens = 0
     def _chunk(self, choices: list[dict], **extra) -> bytes:
+        if self.continuous_usage and "usage" not in extra:
+            extra["usage"] = usage({"prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens})
         return sse_data({"id": self.id, "object": self.object, "created": self.created, "model": self.model,
                          "choices": choices, **extra})
 
@@ -196,6 +206,7 @@ class ChunkWriter:
 
     def start(self, prompt_ids: list[int] | None) -> bytes:
         """Chat's opening role chunk; for completions only when prompt ids were asked for."""
+        self.prompt_tokens = len(prompt_ids or ())
         extra = {"prompt_token_ids": prompt_ids} if self.token_ids and prompt_ids is not None else {}
         if self.chat:
             return self._chunk([self._choice(None, None, None, role=True)], **extra)
@@ -203,6 +214,7 @@ class ChunkWriter:
 
     def token(self, payload: dict) -> bytes:
         text = "" if payload["token_id"] in self.hidden_ids else payload["text"]
+        self.completion_tokens += 1
         return self._chunk([self._choice(text, [payload["token_id"]], None)])
 
     def done(self, payload: dict) -> bytes:

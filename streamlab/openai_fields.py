@@ -75,7 +75,8 @@ FIELDS: list[KnownField] = [
     _f("stop", BOTH, "OpenAI", "implemented", "up to 4 strings; the text ends before the first", default=None),
     _f("n", BOTH, "OpenAI", "implemented", "choices per request: 1 only", default=1),
     _f("stream", BOTH, "OpenAI", "implemented", "server-sent events, one chunk per token", default=False),
-    _f("stream_options", BOTH, "OpenAI", "implemented", "include_usage: a usage chunk before [DONE]",
+    _f("stream_options", BOTH, "OpenAI", "implemented", "include_usage: a usage chunk before [DONE]; "
+       "continuous_usage_stats (vLLM's): the usage so far in every chunk too",
        default=None),
     _f("top_k", BOTH, "vLLM", "implemented", "sample from the k likeliest; 0 or -1 (vLLM's) for all",
        default=-1),

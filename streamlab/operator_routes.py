@@ -75,7 +75,10 @@ def operator_routes(config: ServiceConfig) -> list[Route]:
         shown = dataclasses.replace(config, api_key="(set)" if config.api_key else "")  # never the key itself
         return JSONResponse(json.loads(json.dumps(dataclasses.asdict(shown), default=str)))
 
+    # /health too: the name vLLM, llama-server, TGI and SGLang serve it under, which load tools
+    # check before they start (guidellm's openai_http backend refuses to run on a 404 there).
     return [Route("/stats", stats, methods=["GET"]), Route("/healthz", healthz, methods=["GET"]),
+            Route("/health", healthz, methods=["GET"]),
             Route("/metrics", metrics, methods=["GET"]), Route("/debug/invariants", invariants, methods=["GET"]),
             Route("/debug/releases", releases, methods=["GET"]), Route("/debug/steps", steps, methods=["GET"]),
             Route("/debug/config", config_route, methods=["GET"]),

@@ -103,7 +103,7 @@ def serving_routes(config: ServiceConfig) -> list[Route]:
         hub, s = admit(request, ids, req.sampling(max_new), req.stops, req.ttft_deadline_ms)
         if req.stream:
             writer = ChunkWriter(chat, s.request_id, loaded.name, req.include_usage, req.return_token_ids,
-                                 hidden(req, loaded))
+                                 hidden(req, loaded), req.continuous_usage)
             try:
                 return HubStreamingResponse(hub, s, openai_body(hub, s, config.keepalive_s, writer, ids))
             except BaseException:

@@ -1,6 +1,6 @@
 """Issue 44: load tools no one here wrote, against `streamlab serve`'s OpenAI routes: vLLM's own
-`vllm bench serve` (installed by `scripts/dev setup --targets`), with 0 failed requests on both
-routes. Its figures are printed beside the run's counts."""
+`vllm bench serve` and guidellm (both installed by `scripts/dev setup --targets`), with 0 failed
+requests on both routes. Their figures are printed beside the run's counts."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import pytest
 from harness.format.target import VLLM_SERVER_ENV
 from harness.live.backend import EXPORTS
 from harness.live.process import export_folder
-from harness.targets.engines import vllm, vllm_missing
+from harness.targets.engines import guidellm, guidellm_missing, vllm, vllm_missing
 from streamlab.config import CacheConfig, EngineConfig, ServiceConfig
 from tests.asgi import assert_clean
 from tests.live import live_server
@@ -94,3 +94,40 @@ def test_vllm_bench_serve_completes_every_request(backend, endpoint, tiny, tmp_p
                   "tokens_per_s": result["output_throughput"]}
         print("same load, our harness / vllm bench serve: " + ", ".join(
             f"{k} {mine[k]:.2f} / {theirs[k]:.2f} ({mine[k] / theirs[k]:.2f}x)" for k in theirs))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("request_format", ["/v1/completions", "/v1/chat/completions"])
+def test_guidellm_completes_every_request(request_format, tiny, tmp_path):
+    """guidellm's openai_http backend checks GET /health before it starts (a 404 there stopped it)
+    and streams with stream_options {include_usage, continuous_usage_stats} (vLLM's extension: a
+    422 for every request until it was implemented), stop: null and ignore_eos: true."""
+    if guidellm_missing():
+        missing_peer(guidellm_missing())
+    tokenizer = export_folder("tiny", EXPORTS / "tiny-hf")  # its synthetic prompts are made with our tokenizer
+    config = ServiceConfig(engine=EngineConfig(max_batch=CONCURRENCY, cache=CacheConfig(num_blocks=1024)))
+    out_file = tmp_path / "guidellm.json"
+    with live_server(config, tiny) as server:
+        done = subprocess.run(
+            [str(guidellm()), "run",
+             "--backend", f"kind=openai_http,target=http://127.0.0.1:{server.port},model=tiny,"
+                          f"request_format={request_format}",
+             "--profile", f"kind=concurrent,streams={CONCURRENCY}", "--constraint", f"kind=max_requests,count={PROMPTS}",
+             "--tokenizer", f"kind=hf_auto,model={tokenizer.resolve()}",
+             "--data", "kind=synthetic_text,prompt_tokens=16,output_tokens=16",
+             "--output", f"kind=json,path={out_file}", "--disable-console"],
+            capture_output=True, text=True, timeout=300, cwd=tmp_path)
+        assert_clean(asyncio.run(server.settle()))  # nothing held after its streams
+    out = done.stdout + done.stderr
+    assert done.returncode == 0, out[-3000:]
+    bench = json.loads(out_file.read_text())["benchmarks"][0]
+    requests = bench["requests"]
+    errors = [r.get("error") for r in requests["errored"] + requests["incomplete"]]
+    assert len(requests["successful"]) == PROMPTS and not errors, errors[:3]
+    metrics = bench["metrics"]
+    output = metrics["output_token_count"]["successful"]
+    assert output["total_sum"] == PROMPTS * 16, output
+    ttft, itl = metrics["time_to_first_token_ms"]["successful"], metrics["inter_token_latency_ms"]["successful"]
+    print(f"guidellm {request_format}: {len(requests['successful'])}/{PROMPTS} completed; TTFT p50 "
+          f"{ttft['median']:.1f} ms, ITL p50 {itl['median']:.2f} ms, "
+          f"{metrics['output_tokens_per_second']['successful']['mean']:.0f} output tokens/s (its mean of rates)")

@@ -82,6 +82,19 @@ def test_streamed_completion_equals_our_own_route(server):
     assert_clean(settled(server))
 
 
+def test_continuous_usage_stats_puts_the_usage_so_far_in_every_chunk(server):
+    """vLLM's stream_options extension, which guidellm sends: with include_usage, each chunk
+    carries the usage so far; the last, choice-less chunk the whole."""
+    chunks = list(client(server).completions.create(
+        model="tiny", prompt=PROMPT, max_tokens=5, temperature=0, stream=True,
+        stream_options={"include_usage": True, "continuous_usage_stats": True}, extra_body={"ignore_eos": True}))
+    counts = [ch.usage.completion_tokens for ch in chunks]
+    assert counts == [1, 2, 3, 4, 5, 5, 5], counts  # five tokens, the finish chunk, the usage chunk
+    assert {ch.usage.prompt_tokens for ch in chunks} == {chunks[-1].usage.prompt_tokens} and chunks[-1].choices == []
+    assert all(ch.usage.total_tokens == ch.usage.prompt_tokens + ch.usage.completion_tokens for ch in chunks)
+    assert_clean(settled(server))
+
+
 def test_non_streaming_completion_and_stop(server):
     c = client(server)
     full = c.completions.create(model="tiny", prompt=PROMPT, max_tokens=20, temperature=0,

