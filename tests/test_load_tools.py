@@ -118,6 +118,7 @@ def test_guidellm_completes_every_request(request_format, tiny, tmp_path):
              "--output", f"kind=json,path={out_file}", "--disable-console"],
             capture_output=True, text=True, timeout=300, cwd=tmp_path)
         assert_clean(asyncio.run(server.settle()))  # nothing held after its streams
+        mine = ours(server.url, tmp_path) if request_format == "/v1/completions" else None
     out = done.stdout + done.stderr
     assert done.returncode == 0, out[-3000:]
     bench = json.loads(out_file.read_text())["benchmarks"][0]
@@ -128,6 +129,9 @@ def test_guidellm_completes_every_request(request_format, tiny, tmp_path):
     output = metrics["output_token_count"]["successful"]
     assert output["total_sum"] == PROMPTS * 16, output
     ttft, itl = metrics["time_to_first_token_ms"]["successful"], metrics["inter_token_latency_ms"]["successful"]
+    theirs = {"ttft_ms": ttft["median"], "itl_ms": itl["median"], "tokens_per_s": output["total_sum"] / bench["duration"]}
     print(f"guidellm {request_format}: {len(requests['successful'])}/{PROMPTS} completed; TTFT p50 "
-          f"{ttft['median']:.1f} ms, ITL p50 {itl['median']:.2f} ms, "
-          f"{metrics['output_tokens_per_second']['successful']['mean']:.0f} output tokens/s (its mean of rates)")
+          f"{theirs['ttft_ms']:.1f} ms, ITL p50 {theirs['itl_ms']:.2f} ms, {theirs['tokens_per_s']:.0f} output tokens/s")
+    if mine is not None:  # the same load, measured by both tools on the same server, one after the other
+        print("same load, our harness / guidellm: " + ", ".join(
+            f"{k} {mine[k]:.2f} / {theirs[k]:.2f} ({mine[k] / theirs[k]:.2f}x)" for k in theirs))
