@@ -33,12 +33,16 @@ def observability_rows() -> list[str]:
                 cells.append("token ids" if profile.token_ids else "not observable (no token ids)")
             elif check == "finish_agrees" and not profile.token_ids:
                 cells.append("length only (no token ids)")
+            elif check == "usage" and profile.fields.usage is None:
+                cells.append("not observable (no usage in its stream)")
             elif check == "usage" and not profile.token_ids:
                 cells.append("at least the chunks read (no token ids)")
             elif check in ("leak_free", "release_within") and not profile.native_books:
                 cells.append(f"gauges ({profile.gauges.source})")
             elif check == "waste" and not profile.native_books:
                 cells.append(f"counter `{profile.counters.generated_tokens}`")
+            elif check == "finished_once":
+                cells.append("counters by reason")
             else:
                 cells.append("evaluated")
         ran = "yes" if profile.ran_here else "parsed only" if profile.gauges else "only against a test stub"
@@ -153,6 +157,18 @@ YOUR_SERVER = [
     "its request waited was still given a slot and one token (4 for 4 that read none): a finding. The run "
     "table below was written before the counters were read: `tests/test_targets.py` judges `waste` on these "
     "peers on every push.",
+    "",
+    "`finished_once` reads a server's own count of the requests it finished, by how they ended, over the "
+    "run (as `waste` reads its counter), against what its clients read: at least as many `length` and `stop` "
+    "as they read, and, where every reason is counted and the gauges read idle first, each accepted request "
+    "counted once in all (a request never finished in the server's books, or finished twice). Ours counts "
+    "every reason (`streamlab_finished_total{reason=...}`) and is judged on all three. vLLM 0.32 labels "
+    "`vllm:request_success_total` by `finished_reason`, but a request whose client hung up is not counted "
+    "there at all (disconnect_rst_mid: 0 of 6 leavers, 2 of 2 readers), so on vLLM the total is not "
+    "compared; llama-server and transformers serve count no finished requests by reason. A profile's "
+    "`fields` say where a stream's chunks carry the token ids (`choices[].token_ids`, vLLM's and ours, or a "
+    "dotted path from the chunk's top) and the usage (`usage`, or null where none comes back, and `usage` "
+    "is then not observable); the probe tries the other places it knows and writes what it found.",
     "",
     "A server on another host is a target when its owner says so: `--allow-remote HOST` (or "
     "`STREAMLAB_ALLOW_REMOTE`); https is verified against the host's name (system CAs, `--ca-file`, or an "

@@ -6,6 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
+from harness.format.profile import PROFILES
 from harness.format.target import resolve_target
 from harness.targets.probe import library_refusals, probe
 from streamlab.app import create_app
@@ -21,9 +22,11 @@ def test_the_probe_finds_what_our_server_shows_and_writes_a_profile_a_target_tak
     assert report.model == "tiny" and report.routes["/healthz"] == 200 and report.routes["/v1/models"] == 200
     assert report.stream["token_ids"] and report.stream["usage"] and report.stream["finish_reason"] == "length"
     profile = report.profile
-    assert profile.health_path == "/healthz" and profile.request_extra == {"return_token_ids": True}
+    assert profile.health_path == "/health" and profile.request_extra == {"return_token_ids": True}
     assert profile.gauges is not None and profile.gauges.running == "streamlab_running"  # /metrics with debug
     assert profile.counters.generated_tokens == "streamlab_tokens_generated_total"
+    assert profile.counters.finished == PROFILES["streamlab"].counters.finished  # finished_once observable
+    assert profile.fields == PROFILES["streamlab"].fields  # ids in choices[].token_ids, usage at usage
     # Each bad request is refused as the library expects on our /v1/stream, but for the lab field,
     # which the OpenAI routes refuse as an unknown one: the one convention mapped.
     expected = library_refusals()

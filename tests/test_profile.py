@@ -79,3 +79,57 @@ def test_target_profile_may_be_a_file_such_as_the_probe_writes(tmp_path):
     assert t.profile_spec.name == "mine" and t.health == "/ready"
     with pytest.raises(ValueError, match="cannot read"):
         resolve_target("http://127.0.0.1:9", profile=str(tmp_path / "absent.yaml"))
+
+
+def _counted_trace(counts: dict, finishes: list[str | None], settled: bool = True):
+    """Streams that ended as `finishes` say (None: the client left) and a target's counters over the run."""
+    from harness.record.trace import StreamRecord
+    from tests.helpers import client_trace
+
+    streams = [StreamRecord("g", i, "reader", "p", {}, status=200, finish=f, closed_at=None if f else 1.0)
+               for i, f in enumerate(finishes)]
+    trace = client_trace("x", "live", streams)
+    trace.target = {"finished": counts, "gauges": {"running": "r"}, "settle_note": None if settled else "not idle"}
+    return trace
+
+
+def test_finished_once_compares_the_servers_own_counts_with_what_its_clients_read():
+    from harness.judge.target_checks import finished_once
+
+    ends = ["length", "length", "stop", None]
+    whole = {"length": 2, "stop": 1, "client_left": 1, "error": 0}
+    held = finished_once(None, _counted_trace(whole, ends))
+    assert held.ok and held.compared == 3, held.line()
+    never = finished_once(None, _counted_trace({**whole, "client_left": 0}, ends))  # a request never counted
+    assert not never.ok and "counted 3 requests finished, its clients had 4 accepted" in never.details[0]
+    twice = finished_once(None, _counted_trace({**whole, "length": 3}, ends))  # one counted twice
+    assert not twice.ok
+    short = finished_once(None, _counted_trace({**whole, "length": 1, "client_left": 2}, ends))
+    assert not short.ok and "1 finished by length, its clients read 2" in short.details[0]
+    # vLLM's: no count of requests whose client left, so the total is not compared
+    partial = finished_once(None, _counted_trace({"length": 2, "stop": 1, "error": 0}, ends))
+    assert partial.ok and partial.compared == 2 and "not every reason is counted" in partial.figure
+    unsettled = finished_once(None, _counted_trace({**whole, "client_left": 0}, ends, settled=False))
+    assert unsettled.ok and "not seen to drain" in unsettled.figure
+    unread = finished_once(None, _counted_trace({}, ends))  # none of its series exported: never a pass
+    assert unread.passed is None and unread.compared == 0
+
+
+def test_fields_say_where_a_chunk_carries_ids_and_usage():
+    from streamlab.sse import SSEEvent
+    from harness.clients.wire import wire_for
+    from harness.record.trace import StreamRecord
+
+    profile = Profile.model_validate({"extends": "vllm", "fields": {"token_ids": "meta.ids", "usage": "stats.usage"}})
+    wire = wire_for("openai-completions", "m", fields=profile.fields)
+    record = StreamRecord("g", 0, "reader", "p", {})
+    for data in ('{"choices":[{"text":"a","finish_reason":null}],"meta":{"ids":[7]}}',
+                 '{"choices":[{"text":"","finish_reason":"length"}],"stats":{"usage":{"prompt_tokens":3,"completion_tokens":1}}}'):
+        wire.note(record, SSEEvent("message", data, "", None), 0.0)
+    assert record.token_ids == [7] and record.usage["completion_tokens"] == 1 and record.prompt_tokens == 3
+    default = wire_for("openai-completions", "m")  # vLLM's and ours: choices[].token_ids, usage
+    record = StreamRecord("g", 0, "reader", "p", {})
+    default.note(record, SSEEvent("message", '{"choices":[{"text":"a","token_ids":[5],"finish_reason":null}]}', "", None), 0.0)
+    assert record.token_ids == [5]
+    with pytest.raises(ValueError, match="dotted path"):
+        Profile.model_validate({"fields": {"token_ids": "choices[]..x"}})

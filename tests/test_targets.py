@@ -280,7 +280,8 @@ def test_our_openai_route_gives_the_native_routes_verdicts(name):
         ctx = RunContext(results_dir=None, target=TARGETS["streamlab-openai"])
         openai = run_scenario(scenario, "live", ctx)
         verdicts = {c.name: c.ok for c in native.checks if c.name != "parity"}
-        theirs = {c.name: c.ok for c in openai.checks if c.name not in ("capacity_restored", "parity")}
+        # capacity_restored and finished_once are a target's only (its probes; its counters over the run).
+        theirs = {c.name: c.ok for c in openai.checks if c.name not in ("capacity_restored", "finished_once", "parity")}
         # The latency gate against committed baselines exists for the native route only.
         verdicts.pop("regression", None)
         differing = {k for k in verdicts.keys() | theirs.keys() if verdicts.get(k) != theirs.get(k)}
@@ -294,6 +295,8 @@ def test_our_openai_route_gives_the_native_routes_verdicts(name):
         break
     assert theirs == verdicts, [c.line() for c in openai.checks + native.checks if c.name in differing]
     assert all(c.observed for c in openai.checks), "our own server: every check observable"
+    counted = next(c for c in openai.checks if c.name == "finished_once")
+    assert counted.ok and counted.compared == 3, counted.line()  # length, stop and the total: its counters
 
 
 # ---- the real peers: transformers serve --continuous-batching, llama.cpp's llama-server ----

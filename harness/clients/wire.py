@@ -116,6 +116,9 @@ class OpenAIWire:
     extra: dict = field(default_factory=dict)  # fields the target's profile adds to every request
     ignore_eos: str = "field"  # "field": send ignore_eos; "none": the profile's `extra` says it
     api_key: str = field(default="", repr=False)
+    # Where a chunk carries token ids and usage (the profile's `fields`: choices[].NAME or a dotted path).
+    token_ids_at: str = "choices[].token_ids"
+    usage_at: str | None = "usage"
 
     @property
     def headers(self) -> dict[str, str]:
@@ -175,15 +178,16 @@ class OpenAIWire:
             rec.finish = (err.get("code") or err.get("type") or "error") if isinstance(err, dict) else "error"
             rec.ended_at = now
             return False
-        if data.get("usage"):
-            rec.prompt_tokens, rec.usage = data["usage"].get("prompt_tokens"), data["usage"]
+        usage = at(data, None, self.usage_at)
+        if isinstance(usage, dict) and usage:
+            rec.prompt_tokens, rec.usage = usage.get("prompt_tokens"), usage
         if rec.request_id is None and data.get("id"):
             rec.request_id = data["id"]
         token = False
         ended = rec.ended_at is not None
         for choice in data.get("choices") or []:
             text = (choice.get("delta") or {}).get("content") if self.chat else choice.get("text")
-            ids = choice.get("token_ids") or []
+            ids = at(data, choice, self.token_ids_at) or []
             role_only = self.chat and "role" in (choice.get("delta") or {}) and not text
             if choice.get("finish_reason"):
                 rec.finish, rec.ended_at = choice["finish_reason"], now
@@ -202,11 +206,26 @@ class OpenAIWire:
         return token
 
 
+def at(chunk: dict, choice: dict | None, path: str | None):
+    """The value at `path` in a chunk: `choices[].NAME` in the choice, else a dotted path from the
+    chunk's top; None where it is absent (or no path is given)."""
+    if path is None:
+        return None
+    value, keys = (choice, path[len("choices[]."):]) if path.startswith("choices[].") else (chunk, path)
+    for key in keys.split("."):
+        if not isinstance(value, dict):
+            return None
+        value = value.get(key)
+    return value
+
+
 def wire_for(api: str, model: str, extra: dict | None = None, ignore_eos: str = "field",
-             api_key: str = "") -> Wire:
+             api_key: str = "", fields=None) -> Wire:
+    """`fields`: the target profile's (harness.format.profile.Fields), where its chunks carry ids and usage."""
     if api == "streamlab":
         return StreamlabWire(api_key=api_key)
     if api in ("openai-completions", "openai-chat"):
+        where = {"token_ids_at": fields.token_ids, "usage_at": fields.usage} if fields is not None else {}
         return OpenAIWire(model, chat=api == "openai-chat", extra=extra or {}, ignore_eos=ignore_eos,
-                          api_key=api_key)
+                          api_key=api_key, **where)
     raise ValueError(f"unknown api {api!r}; expected streamlab, openai-completions or openai-chat")

@@ -5,5 +5,5 @@ judge, so that the format does not import the verdicts."""
 
 NAMES = ("finish_reasons", "healthy", "leak_free", "exactly_once", "identity", "text", "usage",
          "event_order", "finish_agrees", "goodput", "engine_faults",
-         "release_within", "waste", "resumption", "arrivals", "capacity_restored", "profile_drift", "latency",
+         "release_within", "waste", "finished_once", "resumption", "arrivals", "capacity_restored", "profile_drift", "latency",
          "regression", "parity")

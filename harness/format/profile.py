@@ -4,7 +4,8 @@ A profile says where a server reports its load (gauges: running, waiting, cache 
 Prometheus series, with labels where a series is shared, or llama.cpp's /slots), which counters
 make more checks observable (tokens generated: `waste`), its health route, whether its API
 returns token ids (and which request fields ask for them), what it answers to each bad request,
-and which request fields it needs to generate past an end-of-text token.
+and which request fields it needs to generate past an end-of-text token; where a chunk carries
+the token ids and the usage; and which counters count requests finished, by how they ended.
 
 The built-in profiles are files (harness/format/profiles/*.yaml), in the same format a scenario's
 `target.profile` may take inline: a user whose server renames a metric (a gateway in front of
@@ -72,16 +73,41 @@ class Gauges(Strict):
         return self
 
 
+# How a request ended, in the words of a scenario's finish_reasons (a client that left: client_left).
+Finish = Literal["length", "stop", "client_left", "error"]
+
+
 class Counters(Strict):
     """Prometheus counters that make more checks observable from outside (read before and after a run)."""
     path: str = "/metrics"
     generated_tokens: str | None = Field(None, description="tokens generated, all requests (makes `waste` "
                                                            "observable)")
+    finished: dict[Finish, str | list[str]] = Field(
+        default_factory=dict, description="requests finished, by how they ended: a series (or several, summed) "
+                                          "per reason (makes `finished_once` observable)")
 
     @model_validator(mode="after")
     def _check(self) -> "Counters":
         if self.generated_tokens:
             parse_series(self.generated_tokens)
+        for specs in self.finished.values():
+            for spec in [specs] if isinstance(specs, str) else specs:
+                parse_series(spec)
+        return self
+
+
+class Fields(Strict):
+    """Where a chunk of the target's OpenAI stream carries what the checks read: `choices[].NAME`
+    in each choice, or a dotted path from the chunk's top (a gateway's `meta.token_ids`, say)."""
+    token_ids: str = Field("choices[].token_ids", description="a token's ids (read where `token_ids` is true)")
+    usage: str | None = Field("usage", description="the usage object (null: the target sends none, and "
+                                                   "`usage` is not observable)")
+
+    @model_validator(mode="after")
+    def _check(self) -> "Fields":
+        for path in (self.token_ids, self.usage):
+            if path is not None and not re.fullmatch(r"(choices\[\]\.)?[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*", path):
+                raise ValueError(f"{path!r}: expected choices[].NAME or a dotted path like meta.token_ids")
         return self
 
 
@@ -95,6 +121,7 @@ class Profile(Strict):
     counters: Counters | None = None
     health_path: str | None = "/health"
     token_ids: bool = False  # the API returns token ids (with `request_extra`), so identity compares ids
+    fields: Fields = Field(default_factory=Fields, description="where token ids and usage are in a chunk")
     ignore_eos: Literal["field", "none"] = "field"  # "field": send ignore_eos; "none": request_extra says it
     request_extra: dict = Field(default_factory=dict, description="fields added to every OpenAI request")
     refusals: dict[str, tuple[int, str | None]] = Field(
@@ -114,7 +141,7 @@ class Profile(Strict):
             raise ValueError(f"extends: unknown profile {base_name!r}; expected one of {sorted(PROFILES)}")
         merged = PROFILES[base_name].model_dump(exclude={"ran_here"})
         for key, value in data.items():
-            if key in ("gauges", "counters") and isinstance(value, dict) and merged.get(key):
+            if key in ("gauges", "counters", "fields") and isinstance(value, dict) and merged.get(key):
                 merged[key] = {**merged[key], **value}
             else:
                 merged[key] = value

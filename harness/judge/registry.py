@@ -30,6 +30,7 @@ ON_TARGET = {
     "gauges": "through the target's load gauges",
     "health": "through the target's health route",
     "counters": "through the target's tokens-generated counter",
+    "finish_counters": "through the target's finished-requests counters, by reason",
     "never": "not observable: it needs our server's own books",
 }
 
@@ -91,6 +92,10 @@ CHECKS: tuple[CheckSpec, ...] = (
     CheckSpec("waste", "tokens generated per token read over the abandoned streams is at most the bound",
               lambda s: s.expect.waste is not None, "counters",
               why_not_on_target="from the run's total: what the streams that did not leave read is taken off"),
+    CheckSpec("finished_once", "(a target) the server's own finished-requests counters over the run: at least as "
+              "many `length` and `stop` as its clients read, and, where every reason is counted and the run "
+              "drained, each request its clients saw accepted counted once in all", _always, "finish_counters",
+              targets_only=True),
     CheckSpec("resumption", "(a group of reconnectors) every reconnector resumed at least once (a fault that "
               "missed it proves nothing) and finished on one request id, with event numbers 1..n read once each",
               _has_resuming_clients, "clients"),
@@ -149,6 +154,9 @@ def unobservable(profile: "Profile") -> dict[str, str]:
         out |= {c.name: "no health route in its profile" for c in CHECKS if c.on_target == "health"}
     if profile.counters is None or not profile.counters.generated_tokens:
         out |= {c.name: "no tokens-generated counter in its profile" for c in CHECKS if c.on_target == "counters"}
+    if profile.counters is None or not profile.counters.finished:
+        out |= {c.name: "no finished-requests counters in its profile" for c in CHECKS
+                if c.on_target == "finish_counters"}
     return out
 
 

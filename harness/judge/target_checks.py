@@ -112,3 +112,53 @@ def waste_by_counter(scenario: Scenario | None, trace: Trace, solo: dict | None 
                        f"{ratio:.2f} tokens generated per token read over {len(left)} abandoned streams "
                        f"({abandoned:g}/{read}: the counter's {generated:g} less {stayed} for the streams that stayed)",
                        f"<= {bound:g}", [] if left else ["no stream left early"])
+
+
+# A stream's outcome (harness.record.trace.StreamRecord.outcome) as the profile's finished
+# counters name it; any other end of an accepted stream (an error event, a drop) is "error".
+AS_COUNTED = {"length": "length", "stop": "stop", "eos": "stop", "client_left": "client_left"}
+
+
+def finished_once(scenario: Scenario | None, trace: Trace, solo: dict | None = None) -> CheckResult:
+    """The target's own count of the requests it finished, by reason, over the run (read as
+    waste's counter is), against what its clients read: a request counted twice, or never, or
+    with an end its client did not see. `length` and `stop` at least as many as the clients read
+    (a client may leave after the server finished); the total equal to the streams it accepted
+    where every reason is counted and the gauges read idle first (else a late count is not a
+    miss)."""
+    counts = trace.target.get("finished")
+    bound = "server length, stop >= clients'; total = accepted where every reason is counted"
+    if not counts:  # the profile names them, the server does not export them (or could not be read)
+        why = trace.target.get("counter_note") or "its /metrics has none of the profile's finished-requests series"
+        return CheckResult("finished_once", None, f"not observable: {why}", bound, [why], compared=0)
+    accepted = [s for s in trace.streams if s.status == 200 and s.outcome != "incomplete"]
+    clients: dict[str, int] = {}
+    for s in accepted:
+        reason = AS_COUNTED.get(s.outcome, "error")
+        clients[reason] = clients.get(reason, 0) + 1
+    problems, compared = [], 0
+    for reason in ("length", "stop"):
+        if reason in counts:
+            compared += 1
+            if counts[reason] < clients.get(reason, 0):
+                problems.append(f"the server counted {counts[reason]:g} finished by {reason}, its clients read "
+                                f"{clients.get(reason, 0)}")
+    whole = set(counts) >= {"length", "stop", "client_left", "error"}
+    drained = trace.target.get("gauges") is not None and not trace.target.get("settle_note")
+    total = sum(counts.values())
+    if whole and drained:
+        compared += 1
+        if total != len(accepted):
+            problems.append(f"the server counted {total:g} requests finished, its clients had {len(accepted)} accepted")
+    shown = ", ".join(f"{k} {v:g}" for k, v in sorted(counts.items()))
+    read = ", ".join(f"{k} {v}" for k, v in sorted(clients.items())) or "none"
+    figure = (f"server counted {shown} (total {total:g}); its clients read {read} ({len(accepted)} accepted)"
+              + ("" if whole and drained else "; total not compared: " +
+                 ("not every reason is counted" if not whole else "the run was not seen to drain")))
+    return CheckResult("finished_once", not problems, figure, bound, problems, compared=compared)
+
+
+# The same reading on our own server run as a target (its books, and its counters through the
+# streamlab profile).
+implements("finished_once", outside=True)(finished_once)
+implements("finished_once")(finished_once)

@@ -280,7 +280,7 @@ class LiveBackend:
                 model = (await endpoint.get_json("/v1/models", headers=bearer(self.target.api_key)))["data"][0]["id"]
             profile = self.target.profile_spec
             key = scenario.server.api_key if self.target.own_server else self.target.api_key
-            wire = wire_for(self.target.api, model, profile.request_extra, profile.ignore_eos, key)
+            wire = wire_for(self.target.api, model, profile.request_extra, profile.ignore_eos, key, profile.fields)
             front = endpoint.port
             upstream: int | str = endpoint.origin.authority
             spec = scenario.server.proxy

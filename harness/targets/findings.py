@@ -113,4 +113,4 @@ for n, bound, seen in ((2, "3x", "held in two; over in a third, 0.4 ms"),
                    "with the slots"}
 
 CHECKS = ["finish_reasons", "identity", "text", "usage", "event_order", "finish_agrees", "latency", "leak_free",
-          "exactly_once", "release_within", "waste", "healthy", "capacity_restored"]
+          "exactly_once", "release_within", "waste", "finished_once", "healthy", "capacity_restored"]

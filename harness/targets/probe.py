@@ -15,6 +15,7 @@ mapped. Every request goes straight to the server, never through Toxiproxy: this
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import time
 from dataclasses import dataclass, field
@@ -23,7 +24,7 @@ from urllib.parse import urlsplit
 from harness.clients.rawhttp import RawExchange
 from harness.clients.wire import OpenAIWire, bearer
 from harness.format.load import load_by_name
-from harness.format.profile import PROFILES, Counters, Gauges, Profile
+from harness.format.profile import PROFILES, Counters, Fields, Gauges, Profile, parse_series
 from harness.machine.reach import Origin
 from harness.record.trace import StreamRecord
 from harness.targets.gauges import prometheus_samples
@@ -55,10 +56,24 @@ def known_series() -> dict[str, list[str]]:
         for kind, block in (("gauges", p.gauges), ("counters", p.counters)):
             if block is None or getattr(block, "source", "prometheus") != "prometheus":
                 continue
-            for name, value in block.model_dump(exclude={"source", "path", "idle"}).items():
+            for name, value in block.model_dump(exclude={"source", "path", "idle", "finished"}).items():
                 if value and value not in out.setdefault(name, []):
                     out[name].append(value)
     return out
+
+
+# Other places a server's chunks may carry token ids, tried where the usual one (choices[].token_ids) is empty.
+IDS_AT = ("choices[].tokens", "tokens", "token_ids")
+
+
+def known_finished(names: set[str]) -> dict | None:
+    """A built-in profile's finished-requests counters whose every series this server exports."""
+    for p in PROFILES.values():
+        mapping = p.counters.finished if p.counters is not None else {}
+        specs = [spec for value in mapping.values() for spec in ([value] if isinstance(value, str) else value)]
+        if specs and all(parse_series(spec)[0] in names for spec in specs):
+            return dict(mapping)
+    return None
 
 
 def library_refusals() -> dict[str, tuple[int, str]]:
@@ -78,6 +93,7 @@ class Prober:
         self.origin = origin or Origin(parts.hostname, parts.port or 80)
         self.report = ProbeReport(url, api, model)
         self.api_key = api_key
+        self.events: list = []  # the last probe stream's events, to read again for other fields
 
     async def _send(self, method: str, path: str, body=None, headers: dict | None = None):
         o = self.origin
@@ -130,6 +146,7 @@ class Prober:
             name=f"probed-{host}", description=f"written by `streamlab target probe {r.url}` on "
                                                f"{time.strftime('%Y-%m-%d')}: edit what it could not know",
             gauges=gauges, counters=counters, health_path=health, token_ids=stream["token_ids"],
+            fields=stream.get("fields") or Fields(),
             ignore_eos=stream["ignore_eos"], request_extra=stream["extra"], refusals=mapped)
         return r
 
@@ -138,6 +155,7 @@ class Prober:
         status, body = await self._get("/metrics")
         r.routes["/metrics"] = status
         found: dict[str, str] = {}
+        names: set[str] = set()
         if status == 200:
             try:
                 names = {s.name for s in prometheus_samples(body)}
@@ -151,6 +169,9 @@ class Prober:
         r.series = found
         gauges = {k: found[k] for k in ("running", "waiting", "cache_in_use") if k in found}
         counters = {k: found[k] for k in ("generated_tokens",) if k in found}
+        finished = known_finished(names)
+        if finished:
+            counters["finished"] = finished
         slots_status, slots = await self._get("/slots")
         r.routes["/slots"] = slots_status
         if not gauges and slots_status == 200:
@@ -165,6 +186,7 @@ class Prober:
     async def _one_stream(self, wire: OpenAIWire) -> tuple[int | None, StreamRecord]:
         request = {"max_new_tokens": 4, "temperature": 0.0, "top_p": 1.0, "ignore_eos": True}
         record = StreamRecord("probe", 0, "reader", PROMPT, request)
+        self.events = []
         try:
             ex = await self._send("POST", wire.path, wire.body(PROMPT, request), wire.headers)
         except (OSError, asyncio.TimeoutError):
@@ -175,6 +197,7 @@ class Prober:
                 deadline = time.monotonic() + DEADLINE_S
                 while not ex.ended and time.monotonic() < deadline:
                     for ev in await ex.read_events(1, DEADLINE_S):
+                        self.events.append(ev)
                         wire.note(record, ev, time.monotonic())
             return head.status, record
         except (OSError, asyncio.TimeoutError, ValueError):
@@ -196,14 +219,35 @@ class Prober:
         else:
             r.stream = {"status": status, "wire": wire, "token_ids": False, "ignore_eos": "field", "extra": {}}
             return r.stream
+        # Where its chunks carry the ids and the usage: the first place that holds them, read again
+        # from the same stream's events (the usual place first).
+        fields, record = Fields(), self._read_as(wire, Fields())
+        for place in IDS_AT:
+            if record.token_ids:
+                break
+            candidate = self._read_as(wire, Fields(token_ids=place))
+            if candidate.token_ids:
+                fields, record = Fields(token_ids=place), candidate
+        if record.usage is None:
+            fields = fields.model_copy(update={"usage": None})
+            r.findings.append("no usage in its stream (asked with stream_options.include_usage): `usage` "
+                              "is not observable")
         ids = bool(record.token_ids)
         r.stream = {"status": status, "wire": wire, "tokens": len(record.token_times), "token_ids": ids,
-                    "usage": record.usage is not None, "finish_reason": record.finish,
+                    "usage": record.usage is not None, "finish_reason": record.finish, "fields": fields,
                     "ignore_eos": ignore_eos, "extra": extra if ids else {}}
         if ignore_eos == "none":
             r.findings.append("it refuses ignore_eos: say in request_extra how it generates past end-of-text "
                               "(transformers serve: generation_config with eos_token_id -1)")
         return r.stream
+
+    def _read_as(self, wire: OpenAIWire, fields: Fields) -> StreamRecord:
+        """The last stream's events read again by a wire that looks for ids and usage at `fields`."""
+        again = dataclasses.replace(wire, token_ids_at=fields.token_ids, usage_at=fields.usage)
+        record = StreamRecord("probe", 0, "reader", PROMPT, {})
+        for ev in self.events:
+            again.note(record, ev, 0.0)
+        return record
 
     async def _refusals(self, wire: OpenAIWire) -> None:
         kinds = [kind for kind in library_refusals() if kind not in KEYED]

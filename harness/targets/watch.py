@@ -33,7 +33,7 @@ class TargetWatch:
         self.probes: dict[str, dict] = {}
         self.probe_size = 1
         self.settle_note: str | None = None
-        self.counted_before: float | None = None
+        self.counted_before: dict[str, float | None] = {}
         self.counter_note: str | None = None
 
     # ---- before the clients ----
@@ -84,17 +84,25 @@ class TargetWatch:
             ex.close_fin()
         return record, complete
 
-    async def count(self) -> float | None:
-        """The profile's tokens-generated counter now (None: it has none, or it could not be read)."""
+    async def count(self) -> dict[str, float | None]:
+        """The profile's counters now: "generated_tokens", and "finished:REASON" for each reason it
+        maps (a value None: absent, or it could not be read; {}: it maps none)."""
         counters = self.profile.counters
-        if counters is None or not counters.generated_tokens:
-            return None
+        if counters is None or not (counters.generated_tokens or counters.finished):
+            return {}
+        wanted = {"generated_tokens": [counters.generated_tokens] if counters.generated_tokens else []}
+        wanted |= {f"finished:{reason}": [specs] if isinstance(specs, str) else list(specs)
+                   for reason, specs in counters.finished.items()}
         try:
-            return series_sum(prometheus_samples(await self.server.endpoint.get_body(counters.path)),
-                              counters.generated_tokens)
+            samples = prometheus_samples(await self.server.endpoint.get_body(counters.path))
         except (OSError, asyncio.TimeoutError, ValueError) as exc:
-            self.counter_note = f"the counter could not be read: {exc}"
-            return None
+            self.counter_note = f"the counters could not be read: {exc}"
+            return dict.fromkeys(wanted)
+        out = {}
+        for key, specs in wanted.items():
+            values = [series_sum(samples, spec) for spec in specs]
+            out[key] = sum(v for v in values if v is not None) if specs and any(v is not None for v in values) else None
+        return out
 
     # ---- through the run ----
 
@@ -144,9 +152,10 @@ class TargetWatch:
     async def finish(self) -> TargetObservation:
         self.cancel()
         counted_after = await self.count()  # before the probe after: its tokens are not the run's
-        generated = None
-        if self.counted_before is not None and counted_after is not None:
-            generated = counted_after - self.counted_before
+        over_run = {k: counted_after[k] - v for k, v in self.counted_before.items()
+                    if v is not None and counted_after.get(k) is not None}
+        generated = over_run.get("generated_tokens")
+        finished = {k.removeprefix("finished:"): v for k, v in over_run.items() if k.startswith("finished:")}
         final = None
         try:
             final = await self.read()
@@ -167,6 +176,7 @@ class TargetWatch:
         t = self.server.target
         return {"name": t.name, "profile": self.profile.model_dump(mode="json"), "api": t.api,
                 "native_books": self.profile.native_books, "generated_tokens": generated,
+                "finished": finished or None,
                 "counter_note": self.counter_note,
                 "gauges": self.profile.gauges.model_dump() if self.profile.gauges else None,
                 "token_ids": self.profile.token_ids, "model_known": t.url is None,  # we started it with our export
