@@ -80,8 +80,10 @@ class HubStreamingResponse(StreamingResponse):
         self.resumable = resumable
         self.attachment = stream.attachment  # this connection's claim on the stream
 
+    hears_disconnect = True  # the lab's write-only response does not: it never learns (its negative control)
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if CONNECTION_LOST in scope:  # this connection's, while it owns the stream
+        if self.hears_disconnect and CONNECTION_LOST in scope:  # this connection's, while it owns the stream
             self.stream.connection_lost = scope[CONNECTION_LOST]
         try:
             await self.serve(scope, receive, send)
@@ -97,6 +99,7 @@ class HubStreamingResponse(StreamingResponse):
 
 class WriteOnlyStreamingResponse(HubStreamingResponse):
     """Lab only: writes and never listens for the disconnect (Starlette's 2.4 path without a failing write)."""
+    hears_disconnect = False
 
     async def serve(self, scope: Scope, receive: Receive, send: Send) -> None:
         await self.stream_response(send)

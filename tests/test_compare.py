@@ -174,8 +174,12 @@ def test_pytest_turns_live_items_into_comparison_items(tmp_path):
     import sys
     done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "0",
                            str(REPO / "scenarios" / "overlap_8.yaml"), "-k", "live", "--compare-baseline", "here",
-                           "--compare-candidate", "here:lab=true,lab_step_slowdown=1.5", "--compare-rounds", "12"],
+                           "--compare-candidate", "here:lab=true,lab_step_slowdown=1.5", "--compare-rounds", "16"],
                           # its own folder: its results, and its cores lock (this test holds ours)
                           cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    # 16 rounds, not 12: under Holm a figure of overlap_8's five needs its rounds near unanimous at 12
+    # (the smallest p of 12 is 0.0005 against alpha/5 = 0.002), and a fresh-clone CI run missed the
+    # 1.5x slowdown on every figure there (it is caught here in every run); at 16 one or two noisy
+    # rounds still leave each figure below its level.
     assert done.returncode == 1, done.stdout[-2000:]
     assert "streamlab scenario compare: FAILED" in done.stdout and "**regression**" in done.stdout, done.stdout[-2000:]
