@@ -188,6 +188,7 @@ class ChunkWriter:
         self.hidden_ids = hidden_ids  # skip_special_tokens: these tokens' text is left out
         self.continuous_usage = continuous_usage  # every chunk carries the usage so far
         self.prompt_tokens = self.completion_tokens = 0
+
     def _chunk(self, choices: list[dict], **extra) -> bytes:
         if self.continuous_usage and "usage" not in extra:
             extra["usage"] = usage({"prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens})

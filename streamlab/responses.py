@@ -71,6 +71,7 @@ async def openai_body(hub: Hub, stream: Stream, keepalive_s: float, writer: Chun
 class HubStreamingResponse(StreamingResponse):
     """Streams one hub stream's events, encoded by `body`; every way it ends closes the stream once."""
     media_type = "text/event-stream"
+    hears_disconnect = True  # the lab's write-only response does not: it never learns (its negative control)
 
     def __init__(self, hub: Hub, stream: Stream, body: AsyncIterator[bytes], resumable: bool = False) -> None:
         super().__init__(body, headers={
@@ -79,8 +80,6 @@ class HubStreamingResponse(StreamingResponse):
         self.stream = stream
         self.resumable = resumable
         self.attachment = stream.attachment  # this connection's claim on the stream
-
-    hears_disconnect = True  # the lab's write-only response does not: it never learns (its negative control)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if self.hears_disconnect and CONNECTION_LOST in scope:  # this connection's, while it owns the stream

@@ -90,10 +90,14 @@ class Counters(Strict):
     def _check(self) -> "Counters":
         if self.generated_tokens:
             parse_series(self.generated_tokens)
-        for specs in self.finished.values():
-            for spec in [specs] if isinstance(specs, str) else specs:
+        for specs in self.finished_series().values():
+            for spec in specs:
                 parse_series(spec)
         return self
+
+    def finished_series(self) -> dict[str, list[str]]:
+        """Each finish reason's series, a list either way (one series may be written bare)."""
+        return {reason: [specs] if isinstance(specs, str) else list(specs) for reason, specs in self.finished.items()}
 
 
 class Fields(Strict):

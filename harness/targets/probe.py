@@ -69,10 +69,11 @@ IDS_AT = ("choices[].tokens", "tokens", "token_ids")
 def known_finished(names: set[str]) -> dict | None:
     """A built-in profile's finished-requests counters whose every series this server exports."""
     for p in PROFILES.values():
-        mapping = p.counters.finished if p.counters is not None else {}
-        specs = [spec for value in mapping.values() for spec in ([value] if isinstance(value, str) else value)]
-        if specs and all(parse_series(spec)[0] in names for spec in specs):
-            return dict(mapping)
+        if p.counters is None or not p.counters.finished:
+            continue
+        specs = [spec for series in p.counters.finished_series().values() for spec in series]
+        if all(parse_series(spec)[0] in names for spec in specs):
+            return dict(p.counters.finished)
     return None
 
 

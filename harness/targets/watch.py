@@ -91,8 +91,7 @@ class TargetWatch:
         if counters is None or not (counters.generated_tokens or counters.finished):
             return {}
         wanted = {"generated_tokens": [counters.generated_tokens] if counters.generated_tokens else []}
-        wanted |= {f"finished:{reason}": [specs] if isinstance(specs, str) else list(specs)
-                   for reason, specs in counters.finished.items()}
+        wanted |= {f"finished:{reason}": specs for reason, specs in counters.finished_series().items()}
         try:
             samples = prometheus_samples(await self.server.endpoint.get_body(counters.path))
         except (OSError, asyncio.TimeoutError, ValueError) as exc:
