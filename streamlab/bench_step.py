@@ -8,14 +8,12 @@ argmax. Prompts all have the same length, so the baseline needs no padding.
 
 from __future__ import annotations
 
-import gc
 import inspect
 import json
 import os
 import platform
 import statistics
 import time
-from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -26,6 +24,7 @@ from streamlab.engine.engine import BatchEngine
 from streamlab.engine.faults import FaultPlan
 from streamlab.models import LoadedModel
 from streamlab.prompts import shipped_prompts
+from streamlab.quiet_gc import quiet_collector
 from streamlab.sampling import SamplingParams
 
 
@@ -117,20 +116,6 @@ def engine_speed(loaded: LoadedModel, decode_attention: str, fault: FaultPlan | 
             "engine_over_yardstick": {str(b): statistics.median(e / y for e, y in zip(engine[b], yard[b]))
                                       for b in SPEED_BATCHES},
             "engine_wall_over_cpu": {str(b): statistics.median(v) for b, v in waits.items()}}
-
-
-@contextmanager
-def quiet_collector():
-    """Collect first, then keep the garbage collector out of a measurement (a run's garbage
-    collected inside one read 1.75x slow once)."""
-    gc.collect()
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
 
 
 # transformers 5.x renamed `past_key_values` to `cache`, in arguments and outputs.

@@ -80,6 +80,9 @@ def test_draws_leave_features_out():
     assert largest < len(FEATURES)
 
 
+# In simulation, on its virtual clock, with a budget of runs: beside another item it draws the
+# same scenarios, only slower (its shrink's 300 s limit is 10x what one takes here).
+@pytest.mark.shares_cores
 @pytest.mark.parametrize("defect", sorted(DEFECTS))
 def test_the_swarm_finds_each_seeded_defect_and_shrinks_it(defect: str, tmp_path):
     if defect in SLOW_TO_FIND and not os.environ.get("STREAMLAB_SWARM_PROOF"):

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import atexit
-import gc
 import time
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -29,6 +28,7 @@ from harness.format.scenario import ProxySpec, Scenario
 from harness.targets.watch import TargetWatch
 from harness.format.target import TARGETS, Target
 from harness.clients.wire import Wire, bearer, wire_for
+from streamlab.quiet_gc import quiet_collector
 
 RUN_DEADLINE_S = 600.0
 EXPORTS = Path("results") / "targets"  # models exported for targets that load transformers folders
@@ -245,15 +245,10 @@ class LiveBackend:
         return endpoint.stop()
 
     def run(self, main):
-        # The clients' own garbage collector would pause them mid-run (a full collection in a
-        # long suite's process took 140 ms, which read as a 140 ms server stall): collect
-        # before the run and not during it. The server's process keeps its collector.
-        gc.collect()
-        gc.disable()
-        try:
+        # The clients' own garbage collector would pause them mid-run (streamlab.quiet_gc); the
+        # server's process keeps its collector.
+        with quiet_collector():
             return run_on_live_loop(asyncio.wait_for(main, RUN_DEADLINE_S))
-        finally:
-            gc.enable()
 
     def _endpoint(self, scenario: Scenario):
         t = self.target

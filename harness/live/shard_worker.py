@@ -3,12 +3,12 @@ where Ray is installed (the `scale` extra)."""
 
 from __future__ import annotations
 
-import gc
 import time
 
 import ray
 
 from harness.live.loops import run_on_live_loop
+from streamlab.quiet_gc import quiet_collector
 
 
 @ray.remote
@@ -23,9 +23,5 @@ class ShardWorker:
     def run(self, job, shard):
         """`job(shard)`, a coroutine function (harness.live.shards' prepare_shard or run_shard, handed
         over by reference)."""
-        gc.collect()  # as a single process does (harness.live.backend): no collection mid-run
-        gc.disable()
-        try:
+        with quiet_collector():  # as a single process does (harness.live.backend): no collection mid-run
             return run_on_live_loop(job(shard))
-        finally:
-            gc.enable()

@@ -61,7 +61,8 @@ def _yardstick(model: str):
 
 def measure(model: str, repeats: int = REPEATS) -> Reading:
     """Time the yardstick now (about 0.1 s for tiny), interleaving the shapes."""
-    from streamlab.bench_step import contiguous_step_ms, quiet_collector
+    from streamlab.bench_step import contiguous_step_ms
+    from streamlab.quiet_gc import quiet_collector
 
     hf, prompts = _yardstick(model)
     samples: dict[int, list[float]] = {b: [] for b in BATCHES}
