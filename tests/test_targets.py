@@ -352,7 +352,7 @@ def peer_sessions():
     sessions: dict[str, RunContext] = {}
 
     def session(peer: str) -> RunContext:
-        # One peer's server at a time: transformers serve's model process held 11 GB here, and the
+        # One peer's server at a time: transformers serve's model process holds 6.6 GB here, and the
         # items run peer by peer (_peer_runs), so the one before is stopped when the next begins.
         for other in [p for p in sessions if p != peer]:
             sessions.pop(other).close()
