@@ -9,6 +9,9 @@ whose clock is virtual; unit tests; the swarm, in simulation) runs two at a time
 exclusive: an item is shared only when someone has read it and found no clock in its verdicts.
 Without xdist the lock is never contended and changes nothing.
 
+`--cores-phase shared|timed` runs one side only: `scripts/dev test` runs the shared items on two
+workers, then the timed ones in one process, so no worker idles on the lock (see PHASES).
+
 A module fixture that keeps a server between its items (a peer) holds the machine for the
 module with `hold_machine()`: an idle server of its must not sit beside another worker's timed
 run. The lock is re-entrant within a process (flock is per open file: a second lock from the
@@ -26,6 +29,11 @@ import pytest
 
 LOCK = Path("results") / ".cores.lock"
 MARK = "shares_cores"
+# `scripts/dev test` runs the suite in two sessions, one per phase: the shared items on two workers,
+# then the timed ones alone. In one session of two workers a worker whose next item is timed waits,
+# idle, for the other's shared item to end (the CI swarm: 110 s on one core), and shared items pair
+# up only when loadfile happens to hand both workers one at once.
+PHASES = ("shared", "timed")
 
 
 class _Machine:
@@ -69,8 +77,25 @@ def hold_machine():
     return MACHINE.hold(exclusive=True)
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--cores-phase", choices=PHASES, default=None,
+                     help="run only the items marked shares_cores (shared: two xdist workers keep both cores "
+                          "busy) or only the others (timed: one at a time, no worker waiting on the lock)")
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", f"{MARK}: times nothing; may run beside another such item under xdist")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    phase = config.getoption("--cores-phase", None)
+    if phase is None:
+        return
+    keep = [i for i in items if (i.get_closest_marker(MARK) is not None) == (phase == "shared")]
+    dropped = [i for i in items if i not in keep]
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = keep
 
 
 @pytest.hookimpl(hookwrapper=True)

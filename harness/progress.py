@@ -29,6 +29,7 @@ class Progress:
         self.running: dict[str, threading.Event] = {}
         self.done: set[str] = set()
         self.total = 0
+        self.ids: set[str] | None = None  # this session's items (a phase of the suite is not all of it)
         self.started = time.monotonic()
 
     def where(self) -> str:
@@ -36,7 +37,8 @@ class Progress:
         items not done, the mean so far for an item new since)."""
         spent = (time.monotonic() - self.started) / 60
         todo = self.total - len(self.done)
-        known = [self.last[i] for i in self.last if i not in self.done and i not in self.running]
+        ids = self.last if self.ids is None else [i for i in self.ids if i in self.last]
+        known = [self.last[i] for i in ids if i not in self.done and i not in self.running]
         mean = sum(self.durations[i] for i in self.done) / len(self.done) if self.done else None
         if known and len(known) >= todo:
             left = sum(sorted(known)[-todo:]) if todo else 0.0  # at most the slowest `todo` left
@@ -50,10 +52,12 @@ class Progress:
     @pytest.hookimpl(trylast=True)
     def pytest_collection_modifyitems(self, items) -> None:
         self.total = len(items)
+        self.ids = {i.nodeid for i in items}
 
     @pytest.hookimpl(optionalhook=True)  # xdist's hook: a project without xdist runs the plugin too
     def pytest_xdist_node_collection_finished(self, node, ids) -> None:
         self.total = len(ids)
+        self.ids = set(ids)
 
     def pytest_runtest_logstart(self, nodeid: str, location) -> None:
         done = self.running[nodeid] = threading.Event()
