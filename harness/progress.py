@@ -2,29 +2,50 @@
 
 An item still running after FIRST_S prints a line (its name, how long it has run, the run's
 place: items done of all, minutes spent, and minutes left where the last run's durations are
-known), then one every EVERY_S. Durations are kept in pytest's cache (.pytest_cache; absent on a
-fresh clone, where the estimate is the mean item so far). It watches pytest's log hooks, which
+known), then one every EVERY_S. Durations are kept in pytest's cache (.pytest_cache) and copied to
+the machine's cache (streamlab.cache), which a fresh clone reads; on a machine that never ran the
+suite the estimate is the mean item so far. It watches pytest's log hooks, which
 xdist's workers forward, so it works with and without `-n`. Quiet items print nothing extra.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import threading
 import time
 from contextlib import nullcontext
 
 import pytest
 
+from streamlab.cache import cache_dir
+
 FIRST_S = 10.0  # a wait past this says what it is doing
 EVERY_S = 30.0  # then this often: a CI log stays readable
 CACHE_KEY = "streamlab/durations"
+# A copy outside the checkout (streamlab.cache), so a fresh clone on a machine that ran the suite
+# before knows its items' durations too: the time left, and the order of the shared phase.
+MACHINE_COPY = "pytest-durations.json"
+
+
+def last_durations(config: pytest.Config) -> dict[str, float]:
+    """Each item's seconds in the last run that ran it: this checkout's pytest cache, else the
+    machine's copy; {} on a machine that never ran the suite."""
+    cache = getattr(config, "cache", None)
+    found = (cache.get(CACHE_KEY, {}) if cache is not None else {}) or {}
+    if not found:
+        try:
+            found = json.loads((cache_dir("pytest") / MACHINE_COPY).read_text())
+        except (OSError, ValueError):
+            found = {}
+    return found if isinstance(found, dict) else {}
 
 
 class Progress:
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
         self.cache = getattr(config, "cache", None)
-        self.last: dict[str, float] = (self.cache.get(CACHE_KEY, {}) if self.cache else {}) or {}
+        self.last: dict[str, float] = last_durations(config)
         self.durations: dict[str, float] = {}
         self.running: dict[str, threading.Event] = {}
         self.done: set[str] = set()
@@ -92,8 +113,19 @@ class Progress:
     def pytest_sessionfinish(self) -> None:
         for done in self.running.values():
             done.set()
-        if self.cache is not None and self.durations:
-            self.cache.set(CACHE_KEY, {**self.last, **{k: round(v, 2) for k, v in self.durations.items()}})
+        if not self.durations:
+            return
+        merged = {**self.last, **{k: round(v, 2) for k, v in self.durations.items()}}
+        if self.cache is not None:
+            self.cache.set(CACHE_KEY, merged)
+        try:
+            folder = cache_dir("pytest")
+            folder.mkdir(parents=True, exist_ok=True)
+            tmp = folder / f"{MACHINE_COPY}.{os.getpid()}.tmp"
+            tmp.write_text(json.dumps(merged))
+            tmp.replace(folder / MACHINE_COPY)  # atomic: another checkout's run reads the old or the new
+        except OSError:
+            pass  # a read-only home: the estimate is the mean item so far, as on a new machine
 
 
 def pytest_configure(config: pytest.Config) -> None:

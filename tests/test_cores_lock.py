@@ -3,6 +3,8 @@ timed ones alone; between them every item runs once."""
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 import sys
 
@@ -24,11 +26,15 @@ def test_timed(): pass
 """
 
 
-def _passed(tmp_path, *args: str) -> list[str]:
+def _pytest(tmp_path, *args: str) -> subprocess.CompletedProcess:
     (tmp_path / "test_items.py").write_text(ITEMS)
-    run = subprocess.run([sys.executable, "-m", "pytest", "-p", "harness.cores_lock", "-p", "no:cacheprovider",
-                          "-q", "-rA", "-o", "addopts=", "test_items.py", *args],
-                         cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    env = {**os.environ, "STREAMLAB_CACHE": str(tmp_path / "machine")}  # not this machine's copy of durations
+    return subprocess.run([sys.executable, "-m", "pytest", "-p", "harness.cores_lock", "-q", "-rA", "-o", "addopts=",
+                           "test_items.py", *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+
+
+def _passed(tmp_path, *args: str) -> list[str]:
+    run = _pytest(tmp_path, "-p", "no:cacheprovider", *args)
     return sorted(line.split("::")[1] for line in run.stdout.splitlines() if line.startswith("PASSED"))
 
 
@@ -40,8 +46,20 @@ def test_each_phase_runs_its_side_and_the_two_run_every_item_once(tmp_path):
 
 
 def test_a_phase_with_nothing_of_its_side_selects_nothing(tmp_path):
-    (tmp_path / "test_items.py").write_text(ITEMS)
-    run = subprocess.run([sys.executable, "-m", "pytest", "-p", "harness.cores_lock", "-p", "no:cacheprovider",
-                          "-q", "-o", "addopts=", "test_items.py", "-k", "timed", "--cores-phase", "shared"],
-                         cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    run = _pytest(tmp_path, "-p", "no:cacheprovider", "-k", "timed", "--cores-phase", "shared")
     assert run.returncode == 5, run.stdout  # pytest's "no tests collected": scripts/dev reads it as empty
+
+
+def test_the_shared_phase_starts_the_longest_items_first(tmp_path):
+    """By the last run's durations (pytest's cache here), so no long item is a tail one worker
+    runs alone; without durations, collection order."""
+    def order(*args: str) -> list[str]:
+        run = _pytest(tmp_path, "--collect-only", "--cores-phase", "shared", *args)
+        return [line.split("::")[1] for line in run.stdout.splitlines() if "::" in line]
+
+    assert order("-p", "no:cacheprovider") == ["test_shared_one", "test_shared_two"]
+    cached = tmp_path / ".pytest_cache" / "v" / "streamlab"
+    cached.mkdir(parents=True)
+    (cached / "durations").write_text(json.dumps({"test_items.py::test_shared_one": 0.5,
+                                                  "test_items.py::test_shared_two": 110.0}))
+    assert order() == ["test_shared_two", "test_shared_one"]
