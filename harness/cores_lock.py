@@ -86,7 +86,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", f"{MARK}: times nothing; may run beside another such item under xdist")
+    config.addinivalue_line("markers", f"{MARK}(expected_s=0): times nothing; may run beside another such item "
+                                       "under xdist (expected_s: about how long it runs, for its order where no "
+                                       "last run says)")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -100,10 +102,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if phase == "shared":
         # Longest first (the last run's durations; both workers read the same, so collect alike):
         # a long item last is a tail one worker runs alone (the CI swarm, 110 s, came last here and
-        # the shared phase took 6.2 min for 8.0 of work over two workers). Unknown items keep their
-        # place after the known ones.
+        # the shared phase took 6.2 min for 8.0 of work over two workers). On a machine that never
+        # ran the suite, the marker's expected_s says which are long; the rest keep their place.
         last = last_durations(config)
-        keep.sort(key=lambda i: -last.get(i.nodeid, 0.0))
+        keep.sort(key=lambda i: -last.get(i.nodeid, i.get_closest_marker(MARK).kwargs.get("expected_s", 0.0)))
     items[:] = keep
 
 

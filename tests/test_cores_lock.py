@@ -19,7 +19,7 @@ import pytest
 @pytest.mark.shares_cores
 def test_shared_one(): pass
 
-@pytest.mark.shares_cores
+@pytest.mark.shares_cores(expected_s=30)
 def test_shared_two(): pass
 
 def test_timed(): pass
@@ -52,14 +52,14 @@ def test_a_phase_with_nothing_of_its_side_selects_nothing(tmp_path):
 
 def test_the_shared_phase_starts_the_longest_items_first(tmp_path):
     """By the last run's durations (pytest's cache here), so no long item is a tail one worker
-    runs alone; without durations, collection order."""
+    runs alone; without them, by the marker's expected_s, then collection order."""
     def order(*args: str) -> list[str]:
         run = _pytest(tmp_path, "--collect-only", "--cores-phase", "shared", *args)
         return [line.split("::")[1] for line in run.stdout.splitlines() if "::" in line]
 
-    assert order("-p", "no:cacheprovider") == ["test_shared_one", "test_shared_two"]
+    assert order("-p", "no:cacheprovider") == ["test_shared_two", "test_shared_one"]  # expected_s=30 first
     cached = tmp_path / ".pytest_cache" / "v" / "streamlab"
     cached.mkdir(parents=True)
-    (cached / "durations").write_text(json.dumps({"test_items.py::test_shared_one": 0.5,
-                                                  "test_items.py::test_shared_two": 110.0}))
-    assert order() == ["test_shared_two", "test_shared_one"]
+    (cached / "durations").write_text(json.dumps({"test_items.py::test_shared_one": 110.0,
+                                                  "test_items.py::test_shared_two": 0.5}))
+    assert order() == ["test_shared_one", "test_shared_two"]  # what the last run measured comes first

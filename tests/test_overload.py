@@ -23,7 +23,7 @@ def check(f: dict[str, dict], control_holds: bool = True) -> None:
     assert deadline["ttft_p99_admitted_s"] < waiting["ttft_p99_admitted_s"], f
 
 
-@pytest.mark.shares_cores  # a simulation: every figure on its virtual clock
+@pytest.mark.shares_cores(expected_s=30)  # a simulation: every figure on its virtual clock
 def test_the_deadline_rule_beats_the_waiting_limit_in_simulation():
     """The rules compared with each other. The waiting limit's negative control (its goodput under
     25%) is sized to live capacity, which the simulation overstates under this load (the files
