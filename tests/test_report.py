@@ -60,3 +60,21 @@ def test_the_result_file_holds_the_trace_its_checks_and_the_baseline_figures(tmp
     assert path.name == "overlap_4-sim.json"
     assert len(data["streams"]) == 3 and data["baseline_figures"] == {"x": 1.0}
     assert data["checks"][0]["name"] == "healthy" and data["checks"][0]["passed"] is True
+
+
+def test_the_timeline_draws_each_group_and_kind_as_one_set_of_marks(tmp_path, monkeypatch):
+    """Tokens, spans, closes and releases drawn per group, not per stream (one artist each): the
+    picture a suite draws for every run, in a fraction of the time."""
+    import matplotlib.pyplot as plt
+
+    streams = trace().streams + [StreamRecord("leavers", i, "dropper", "p", {}, sent_at=0.0, token_times=[0.01],
+                                              closed_at=0.02, finish=None) for i in range(4)]
+    drawn = []
+    monkeypatch.setattr(plt, "close", lambda fig: drawn.append(fig))
+    path = report.timeline_png(client_trace("overlap_4", "sim", streams), tmp_path)
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    ax = drawn[0].axes[0]
+    labels = [line.get_label() for line in ax.get_lines()]
+    assert labels == ["readers", "leavers", "client closed", "released"]  # 7 streams, 4 marker artists
+    assert len(ax.collections) == 2  # one set of spans per group
+    assert len(ax.get_lines()[2].get_xdata()) == 4  # every leaver's close

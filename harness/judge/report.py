@@ -82,22 +82,27 @@ def timeline_png(trace: Trace, out_dir: Path) -> Path:
     groups = list(dict.fromkeys(s.group for s in streams))
     colours = plt.get_cmap("tab10")
     fig, ax = plt.subplots(figsize=(10, max(3.0, min(0.08 * len(streams) + 1.5, 30))))
-    for row, s in enumerate(streams):
-        colour = colours(groups.index(s.group) % 10)
-        if s.sent_at is not None:
-            end = s.stopped_at or s.sent_at
-            ax.hlines(row, s.sent_at, end, colors=colour, linewidth=0.6, alpha=0.4)
-        if s.token_times:
-            ax.plot(s.token_times, [row] * len(s.token_times), "|", color=colour, markersize=3)
-        if s.closed_at is not None:
-            ax.plot([s.closed_at], [row], "x", color="black", markersize=4)
-        rel = releases.get(s.request_id or "")
-        if rel is not None and rel.get("closed_at") is not None:
-            ax.plot([rel["released_at"]], [row], "|", color="red", markersize=7)
+    # One artist per group and kind, not per stream: the same marks, drawn in a fraction of the
+    # time (a suite draws one of these for every run).
+    closed: tuple[list, list] = ([], [])
+    released: tuple[list, list] = ([], [])
     for i, g in enumerate(groups):
-        ax.plot([], [], "|", color=colours(i % 10), label=g)
-    ax.plot([], [], "x", color="black", label="client closed")
-    ax.plot([], [], "|", color="red", label="released")
+        rows = [(row, s) for row, s in enumerate(streams) if s.group == g]
+        spans = [(row, s.sent_at, s.stopped_at or s.sent_at) for row, s in rows if s.sent_at is not None]
+        if spans:
+            ax.hlines(*zip(*spans), colors=colours(i % 10), linewidth=0.6, alpha=0.4)
+        ticks = [(t, row) for row, s in rows for t in s.token_times]
+        ax.plot([t for t, _ in ticks], [r for _, r in ticks], "|", color=colours(i % 10), markersize=3, label=g)
+        for row, s in rows:
+            if s.closed_at is not None:
+                closed[0].append(s.closed_at)
+                closed[1].append(row)
+            rel = releases.get(s.request_id or "")
+            if rel is not None and rel.get("closed_at") is not None:
+                released[0].append(rel["released_at"])
+                released[1].append(row)
+    ax.plot(*closed, "x", color="black", markersize=4, label="client closed")
+    ax.plot(*released, "|", color="red", markersize=7, label="released")
     ax.set_xlabel(f"seconds ({'virtual' if trace.mode == 'sim' else 'wall'} clock)")
     ax.set_ylabel("stream")
     ax.set_title(f"{trace.scenario} [{trace.mode}]")
