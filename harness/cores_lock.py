@@ -95,8 +95,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     phase = config.getoption("--cores-phase", None)
     if phase is None:
         return
-    keep = [i for i in items if (i.get_closest_marker(MARK) is not None) == (phase == "shared")]
-    dropped = [i for i in items if i not in keep]
+    keep, dropped = [], []
+    for item in items:
+        (keep if (item.get_closest_marker(MARK) is not None) == (phase == "shared") else dropped).append(item)
     if dropped:
         config.hook.pytest_deselected(items=dropped)
     if phase == "shared":

@@ -11,14 +11,13 @@ xdist's workers forward, so it works with and without `-n`. Quiet items print no
 from __future__ import annotations
 
 import json
-import os
 import threading
 import time
 from contextlib import nullcontext
 
 import pytest
 
-from streamlab.cache import cache_dir
+from streamlab.cache import cache_dir, write_json
 
 FIRST_S = 10.0  # a wait past this says what it is doing
 EVERY_S = 30.0  # then this often: a CI log stays readable
@@ -49,9 +48,12 @@ class Progress:
         self.durations: dict[str, float] = {}
         self.running: dict[str, threading.Event] = {}
         self.done: set[str] = set()
-        self.total = 0
         self.ids: set[str] | None = None  # this session's items (a phase of the suite is not all of it)
         self.started = time.monotonic()
+
+    @property
+    def total(self) -> int:
+        return len(self.ids or ())
 
     def where(self) -> str:
         """Items done of all, minutes spent, and minutes left (the last run's durations of the
@@ -72,12 +74,10 @@ class Progress:
 
     @pytest.hookimpl(trylast=True)
     def pytest_collection_modifyitems(self, items) -> None:
-        self.total = len(items)
         self.ids = {i.nodeid for i in items}
 
     @pytest.hookimpl(optionalhook=True)  # xdist's hook: a project without xdist runs the plugin too
     def pytest_xdist_node_collection_finished(self, node, ids) -> None:
-        self.total = len(ids)
         self.ids = set(ids)
 
     def pytest_runtest_logstart(self, nodeid: str, location) -> None:
@@ -119,11 +119,7 @@ class Progress:
         if self.cache is not None:
             self.cache.set(CACHE_KEY, merged)
         try:
-            folder = cache_dir("pytest")
-            folder.mkdir(parents=True, exist_ok=True)
-            tmp = folder / f"{MACHINE_COPY}.{os.getpid()}.tmp"
-            tmp.write_text(json.dumps(merged))
-            tmp.replace(folder / MACHINE_COPY)  # atomic: another checkout's run reads the old or the new
+            write_json(cache_dir("pytest") / MACHINE_COPY, merged)
         except OSError:
             pass  # a read-only home: the estimate is the mean item so far, as on a new machine
 

@@ -11,6 +11,7 @@ that no longer holds; deleting the folder costs time, never a result.
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -25,3 +26,12 @@ def cache_root() -> Path:
 def cache_dir(name: str) -> Path:
     """A folder of the cache (not made here: the writer makes it when it writes)."""
     return cache_root() / name
+
+
+def write_json(path: Path, data) -> None:
+    """A cached file written whole or not at all: a second process (the other xdist worker,
+    another checkout's run) reads the old file or the new one, never half of one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data, indent=2) + "\n")
+    tmp.replace(path)

@@ -33,7 +33,7 @@ from harness.machine.cost_model import StepCostProfile, load_profile, machine_na
 from harness.fit.calibrate import calibrate, calibration_scenarios, residuals
 from harness.run import once
 from harness.sim.backend import SimBackend
-from streamlab.cache import cache_dir
+from streamlab.cache import cache_dir, write_json
 
 if TYPE_CHECKING:
     from harness.run.runner import RunContext
@@ -112,17 +112,10 @@ def machine_profile(model: str, say=print, refit: bool = False) -> StepCostProfi
 
     started = time.monotonic()
     profile = calibrate(model, say=say, repeats=ROUNDS, measure_transport=False, each_round=False)
-    _write(path, {**asdict(profile), "fitted_under": {**fitted_under(), "at": time.time()},
+    write_json(path, {**asdict(profile), "fitted_under": {**fitted_under(), "at": time.time()},
                   "checked_by_run": os.environ.get(RUN_ID)})
     say(f"fitted in {time.monotonic() - started:.0f} s, cached in {path}")
     return profile
-
-
-def _write(path: Path, data: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, indent=2) + "\n")
-    tmp.replace(path)  # atomic: a second process reads the old file or the new one
 
 
 def stale(model: str, path: Path, say=print) -> str | None:
@@ -156,7 +149,7 @@ def stale(model: str, path: Path, say=print) -> str | None:
     if moved:
         return moved
     say(f"the cached fit of {model} holds: yardstick {now.step_s / then:.2f}x, {_shown(ratios)}")
-    _write(path, {**data, "probed_at": time.time(), "checked_by_run": os.environ.get(RUN_ID)})
+    write_json(path, {**data, "probed_at": time.time(), "checked_by_run": os.environ.get(RUN_ID)})
     return None
 
 
