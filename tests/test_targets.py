@@ -160,6 +160,27 @@ def test_a_stub_that_never_lowers_running_fails_leak_free_and_capacity(leak):
         assert "2/4 probe requests completed" in " ".join(checks["capacity_restored"].details)
 
 
+@needs_toxiproxy
+def test_a_targets_failed_timing_verdict_is_judged_again_on_another_run(monkeypatch):
+    """The re-run rule (harness.judge.timing.wants_again) holds for another server's runs as for
+    ours: a timing verdict failed on the first run gets another back-to-back run, judged on both."""
+    from harness.judge import timing
+    from harness.record.verdict import CheckResult
+
+    judged, real = [], timing.judge
+
+    def judge(scenario, runs, *args, **kwargs):
+        judged.append(len(runs))
+        first = len(runs) == 1  # a latency figure out on the first run alone, as noise would put it
+        return real(scenario, runs, *args, **kwargs) + [CheckResult("latency", not first, "stub", "stub")]
+    monkeypatch.setattr(timing, "judge", judge)
+    with running(AppServer(stub_app(slots=6))) as stub:
+        outcome = run_scenario(stub_scenario(stub.url), "live", RunContext(results_dir=None))
+    assert outcome.trace.mode == "live@stub"
+    assert judged == [1, 2] and len(outcome.runs) == 2
+    assert next(c for c in outcome.checks if c.name == "latency").passed
+
+
 # A plain `pip install streamlab`: every import of our engine's packages (the `engine` extra) and
 # of the test extra's fails, as where they were never installed.
 NO_ENGINE = """
