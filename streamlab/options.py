@@ -125,7 +125,6 @@ SERVE_OPTIONS: tuple[ServeOption, ...] = (
                 "serve /debug/*, /metrics, /stats and /healthz on this loopback port too; 0 = none",
                 bounds={"ge": 0, "le": 65535}),
 )
-OPTIONS_BY_NAME = {o.name: o for o in SERVE_OPTIONS}
 
 
 def add_serve_options(parser: argparse.ArgumentParser) -> None:
