@@ -148,9 +148,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.scenario_command == "calibrate":
         from harness.fit.calibrate import calibrate
         if args.pairs_only:
-            from harness.machine.cost_model import engine_pairs, load_profile
-            old = load_profile(args.model)
-            profile = dataclasses.replace(old, reference_s={**old.reference_s, "pairs": engine_pairs(args.model)})
+            from harness.machine.cost_model import load_profile, with_pairs_read_here
+            profile = with_pairs_read_here(load_profile(args.model), args.model)
             console.print(f"engine over yardstick, per batch: {profile.reference_s['pairs']}")
             console.print(f"wrote {profile.save()}")
             return 0

@@ -8,7 +8,6 @@ passing reading is reused by the same engine and a failing one never.
 from __future__ import annotations
 
 import copy
-import dataclasses
 
 import pytest
 
@@ -18,7 +17,7 @@ from harness.machine import speed
 from harness.judge import timing
 from harness.judge.bounds import DRIFT
 from harness.machine.drift import AT_LEAST, EngineReadings, READINGS, step_timing
-from harness.machine.cost_model import engine_pairs, load_profile
+from harness.machine.cost_model import load_profile, with_pairs_read_here
 from harness.format.load import load_by_name
 from harness.sim.backend import SimBackend
 from streamlab.engine.engine import BatchEngine
@@ -70,8 +69,7 @@ def test_the_engines_speed_in_a_simulated_run_reads_the_profiles_engine(overlap_
     the lowest of its figures), past the 0.8 this asserts."""
     scenario, unjudged = overlap_4
     assert unjudged.step_timing == {}  # an unjudged run does not spend seconds timing its engine
-    committed = load_profile("tiny")
-    here = dataclasses.replace(committed, reference_s={**committed.reference_s, "pairs": engine_pairs("tiny")})
+    here = with_pairs_read_here(load_profile("tiny"), "tiny")
     sim = once.run_trace(scenario, SimBackend(here), readings=EngineReadings(DRIFT))[0]
     assert 0.8 < timing.engine_over_yardstick(sim) < 1.25, sim.step_timing
 

@@ -229,6 +229,12 @@ def calibrate_engine(model_name: str, repeats: int = 3) -> StepCostProfile:
 PAIR_READINGS = 5  # engine_speed() readings a profile's pairs are the median of
 
 
+def with_pairs_read_here(profile: StepCostProfile, model_name: str) -> StepCostProfile:
+    """`profile` with its drift pairs read again on this machine now, its other terms kept
+    (`scenario calibrate --pairs-only`; the engine over the yardstick differs by CPU)."""
+    return replace(profile, reference_s={**profile.reference_s, "pairs": engine_pairs(model_name)})
+
+
 def engine_pairs(model_name: str, readings: int = PAIR_READINGS) -> dict[str, float]:
     """The drift check's base: our engine's decode burst over the yardstick's burst beside it
     (streamlab.bench_step.engine_speed, the reading the check takes at run time, read the same
