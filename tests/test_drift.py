@@ -86,13 +86,18 @@ def test_the_yardstick_runs_none_of_our_engines_code(monkeypatch):
     assert 0.5 < after / before < 2.0
 
 
+# The two scenarios issue 38 names: one population at once, and late joiners beside it.
+WRITTEN_INTO = ["overlap_8", "late_joiners_8"]
+
+
+@pytest.mark.parametrize("name", WRITTEN_INTO)
 @pytest.mark.parametrize("kind", ["computing", "waiting"])
-def test_a_slowdown_written_into_the_engines_step_fails_drift_in_simulation(monkeypatch, kind):
-    drift = next(c for c in runner.run_scenario(load_by_name("overlap_8"), "sim", ctx()).checks
+def test_a_slowdown_written_into_the_engines_step_fails_drift_in_simulation(monkeypatch, kind, name):
+    drift = next(c for c in runner.run_scenario(load_by_name(name), "sim", ctx()).checks
                  if c.name == "profile_drift")
     assert drift.passed, drift.line()
     monkeypatch.setattr(BatchEngine, "step", slower_step(kind))
-    outcome = runner.run_scenario(load_by_name("overlap_8"), "sim", ctx())
+    outcome = runner.run_scenario(load_by_name(name), "sim", ctx())
     drift = next(c for c in outcome.checks if c.name == "profile_drift")
     assert not drift.passed and not outcome.ok, drift.line()
 
@@ -174,11 +179,12 @@ def test_the_engine_unchanged_passes_live_drift_and_the_lab_slowdown_fails_it():
     assert slower.passed is False, slower.line()
 
 
+@pytest.mark.parametrize("name", WRITTEN_INTO)
 @pytest.mark.parametrize("kind", ["computing", "waiting"])
-def test_a_slowdown_written_into_the_engines_step_fails_live_drift(tmp_path, monkeypatch, kind):
+def test_a_slowdown_written_into_the_engines_step_fails_live_drift(tmp_path, monkeypatch, kind, name):
     import sys
     # the real server process, its step made slower
     (tmp_path / "sitecustomize.py").write_text(f"KIND = {kind!r}\n{SLOWER_STEP}\nBatchEngine.step = step\n")
     monkeypatch.setenv("PYTHONPATH", f"{tmp_path}:{sys.path[0]}")
-    drift = _live_drift(ctx())
+    drift = _live_drift(ctx(), name)
     assert drift.passed is False, drift.line()
