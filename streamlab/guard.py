@@ -49,6 +49,8 @@ class _LingeringTransport:
 
     def __init__(self, transport, protocol) -> None:
         self._transport, self._protocol = transport, protocol
+        # Bound once: uvicorn writes every chunk through here, and __getattr__ would run per write.
+        self.write, self.get_extra_info = transport.write, transport.get_extra_info
 
     def __getattr__(self, name):
         return getattr(self._transport, name)

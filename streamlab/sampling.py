@@ -85,6 +85,18 @@ def sample(logits: torch.Tensor, params: SamplingParams, rng: torch.Generator | 
     return int(torch.multinomial(probs, 1, generator=rng))
 
 
+def sample_rows(logits: torch.Tensor, params: list[SamplingParams], rngs: list[torch.Generator | None],
+                start: int = 0) -> list[int]:
+    """One token id per row of logits[start:start + len(params)]: the greedy rows by one argmax
+    over the batch (one call, not one per row; the same ids, as an argmax row by row gives), the
+    others each from its own row and generator as sample() does."""
+    rows = logits[start:start + len(params)]
+    if rows.dim() == 1:  # the null model: each row is a token it chose itself
+        return [int(t) for t in rows.tolist()]
+    greedy = rows.argmax(-1).tolist() if any(p.greedy for p in params) else None
+    return [greedy[i] if p.greedy else sample(rows[i], p, rngs[i]) for i, p in enumerate(params)]
+
+
 def top2_margin(logits: torch.Tensor) -> float:
     """Gap between the two largest logits: how close a greedy choice was to a tie."""
     top = torch.topk(logits.float(), 2).values

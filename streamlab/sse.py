@@ -47,11 +47,25 @@ def encode_comment(text: str) -> bytes:
     return "".join(f":{' ' if line else ''}{line}\n" for line in _NEWLINE.split(text)).encode("utf-8")
 
 
+# One encoder for every event: json.dumps with separators builds a new JSONEncoder per call.
+_JSON = json.JSONEncoder(ensure_ascii=True, separators=(",", ":"))
+
+
 def encode_json_event(event: str, payload: dict, id: int | str, padding: int = 0, retry: int | None = None) -> bytes:
-    """The service's events: JSON that repeats its type, ASCII-escaped so U+2028/U+0085 never go raw."""
-    body = json.dumps({"type": event, **payload}, ensure_ascii=True, separators=(",", ":"))
-    pad = encode_comment("x" * padding).decode("ascii") if padding else ""
-    return pad.encode("ascii") + encode_event(body, event=event, id=str(id), retry=retry)
+    """The service's events: JSON that repeats its type, ASCII-escaped so U+2028/U+0085 never go raw.
+    The bytes are encode_event's (tests/test_sse.py holds them equal), written without its line
+    split: ASCII-escaped JSON has no line break in it, so it is always one `data:` line."""
+    body = _JSON.encode({"type": event, **payload})
+    id = str(id)
+    _check_single_line("event", event)
+    _check_single_line("id", id)
+    if "\0" in id:
+        raise ValueError("SSE id must not contain NUL")
+    if retry is not None and retry < 0:
+        raise ValueError("SSE retry must be >= 0")
+    pad = f": {'x' * padding}\n" if padding else ""
+    retry_line = f"retry: {retry}\n" if retry is not None else ""
+    return f"{pad}event: {event}\nid: {id}\n{retry_line}data: {body}\n\n".encode("utf-8")
 
 
 @dataclass(frozen=True)

@@ -134,3 +134,29 @@ def test_chunking_never_changes_the_events(raw, cuts):
 def test_writer_and_parser_round_trip(payload, event_id):
     (event,) = parse(encode_json_event("token", payload, event_id))
     assert event.id == str(event_id) and json.loads(event.data) == {"type": "token", **payload}
+
+
+JSON_VALUES = st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=12),
+                           lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner,
+                                                                                        max_size=3), max_leaves=8)
+
+
+@settings(max_examples=300, deadline=None)
+@given(kind=st.sampled_from(["start", "token", "done", "error"]),
+       payload=st.dictionaries(st.text(max_size=6), JSON_VALUES, max_size=4),
+       event_id=st.one_of(st.integers(0, 10**6), st.from_regex(r"req-[0-9]{1,4}:[0-9]{1,4}", fullmatch=True)),
+       padding=st.integers(0, 40), retry=st.none() | st.integers(0, 10**5))
+def test_the_services_event_bytes_are_the_general_writers(kind, payload, event_id, padding, retry):
+    """encode_json_event writes without encode_event's line split; its bytes must not change."""
+    body = json.dumps({"type": kind, **payload}, ensure_ascii=True, separators=(",", ":"))
+    pad = encode_comment("x" * padding) if padding else b""
+    expected = pad + encode_event(body, event=kind, id=str(event_id), retry=retry)
+    assert encode_json_event(kind, payload, event_id, padding, retry) == expected
+
+
+def test_the_services_writer_refuses_what_the_general_writer_refuses():
+    for bad in ({"id": "1\n"}, {"id": "a\0"}, {"retry": -1}):
+        with pytest.raises(ValueError):
+            encode_event("{}", event="token", **{"id": "1", **bad})
+        with pytest.raises(ValueError):
+            encode_json_event("token", {}, bad.get("id", "1"), retry=bad.get("retry"))

@@ -29,7 +29,7 @@ from streamlab.errors import (DuplicateRequest, EngineBroken, InjectedFault, Inv
                               RequestTooLarge)
 from streamlab.engine import paged_kernel
 from streamlab.engine.model import GPT2
-from streamlab.sampling import SamplingParams, make_rng, sample
+from streamlab.sampling import SamplingParams, make_rng, sample_rows
 
 
 MAX_CONSECUTIVE_STEP_ERRORS = 3  # this many failed steps in a row: the engine is broken, not unlucky
@@ -219,7 +219,7 @@ class BatchEngine(EngineInspection):
             logits = self.model.prefill_many([seq.prompt_ids for seq in group], slots, self.cache)
             for seq in group:
                 seq.prefilled = len(seq.prompt_ids)
-            firsts = [(seq, sample(logits[j], seq.params, seq.rng)) for j, seq in enumerate(group)]
+            firsts = sampled(logits, group)
             if on_prefill is None:
                 made.extend(firsts)
                 continue
@@ -230,7 +230,7 @@ class BatchEngine(EngineInspection):
         context = sum(seq.num_tokens for seq in batch.decodes)
         if batch.decodes:
             logits = self.model.decode(decode_batch(self.cache, batch.decodes, self.use_kernel), self.cache)
-            made.extend((seq, sample(logits[i], seq.params, seq.rng)) for i, seq in enumerate(batch.decodes))
+            made.extend(sampled(logits, batch.decodes))
         tokens = self._record_tokens(made, step, finished)
         with self._state_lock:
             self._steps = step
@@ -246,12 +246,11 @@ class BatchEngine(EngineInspection):
         if batch.decodes or batch.chunks:
             decode = decode_batch(self.cache, batch.decodes, self.use_kernel) if batch.decodes else None
             logits = self.model.step_forward(decode, [chunk_input(self.cache, c) for c in batch.chunks], self.cache)
-            made = [(seq, sample(logits[i], seq.params, seq.rng)) for i, seq in enumerate(batch.decodes)]
+            made = sampled(logits, batch.decodes)
             for c in batch.chunks:
                 c.seq.prefilled = c.end
             firsts = [c.seq for c in batch.chunks if c.last]
-            made += [(seq, sample(logits[len(batch.decodes) + j], seq.params, seq.rng))
-                     for j, seq in enumerate(firsts)]
+            made += sampled(logits, firsts, start=len(batch.decodes))
         tokens = self._record_tokens(made, step, finished)
         with self._state_lock:
             self._steps = step
@@ -301,3 +300,9 @@ class BatchEngine(EngineInspection):
         self._finished_by_reason[reason.value] += 1
         finished.append(FinishEvent(seq.request_id, reason, len(seq.output_ids), step, seq.closed_at,
                                     seq.closed_after_step))
+
+
+def sampled(logits: torch.Tensor, seqs: list[Sequence], start: int = 0) -> list[tuple[Sequence, int]]:
+    """Each sequence with its next token, from rows start.. of a step's logits (greedy rows in one call)."""
+    ids = sample_rows(logits, [seq.params for seq in seqs], [seq.rng for seq in seqs], start)
+    return list(zip(seqs, ids))

@@ -7,7 +7,7 @@ it lies: for one (sequence, head) it walks the sequence's own positions through 
 table, scores them, takes the softmax and sums the values. Each (sequence, head) pair is one
 sequential computation over its own context, whatever else is in the batch or however the
 pairs are split over threads: a sequence's bits do not depend on its neighbours, by
-construction. Its results differ from the gather path's in the last bits (another summation
+construction. It computes without the GIL. Its results differ from the gather path's in the last bits (another summation
 order), so a server runs one path for all its streams and its solo references.
 
 Built once per machine and torch version into the machine's cache (streamlab.cache:
@@ -67,6 +67,9 @@ torch::Tensor paged_attention(torch::Tensor q, torch::Tensor k, torch::Tensor v,
   const int64_t* cp = context.data_ptr<int64_t>();
   float* op = out.data_ptr<float>();
   const float sc = static_cast<float>(scale);
+  // Plain arithmetic on raw pointers from here: the GIL is let go, so the event loop's thread
+  // writes to clients while a step's attention runs (12 times a step on GPT-2 small).
+  pybind11::gil_scoped_release no_gil;
   at::parallel_for(0, B * nh, 1, [&](int64_t begin, int64_t end) {
     std::vector<float> scores;
     for (int64_t i = begin; i < end; ++i) {
