@@ -27,7 +27,9 @@ from streamlab.presets import PRESETS
 
 # VLLM_TARGET_DEVICE=cpu: with the `vllm` dist-info scripts/dev writes (version 0.32.0+cpu) it
 # loads the AVX2 kernels. VLLM_CPU_KVCACHE_SPACE: GiB of KV cache (its default takes 4).
-VLLM_SERVER_ENV = {"VLLM_TARGET_DEVICE": "cpu", "VLLM_CPU_KVCACHE_SPACE": "1"}
+VLLM_SERVER_ENV = {"VLLM_TARGET_DEVICE": "cpu", "VLLM_CPU_KVCACHE_SPACE": "1",
+                   # its OpenMP threads, one per core listed: as many as ours (harness.machine.cores)
+                   "VLLM_CPU_OMP_THREADS_BIND": "{cores}"}
 # vLLM's CPU attention supports head sizes 32, 64, 80 and up: `tiny` (16) cannot run there.
 VLLM_MIN_HEAD = 32
 
@@ -52,11 +54,14 @@ class Target(Strict):
                                                         "{positions} (the model's), {context} (max_batch x the "
                                                         "model's positions), {model_dir} and {model_gguf} (the "
                                                         "scenario's model exported as a transformers folder or a "
-                                                        "GGUF file) are filled in")
+                                                        "GGUF file), {threads} and {cores} (the compute threads "
+                                                        "our own server gets, and that many cores, 0-N) are "
+                                                        "filled in")
     serves: str | None = Field(None, description="a command's server is given this preset in place of the "
                                                  "scenario's model (one it cannot load); the prompts are the same, "
                                                  "since every preset shares the tokenizer")
-    env: dict[str, str] = Field(default_factory=dict, description="a command's environment, beside ours")
+    env: dict[str, str] = Field(default_factory=dict, description="a command's environment, beside ours; its "
+                                                                "values are filled in as the command is")
     model: str | None = Field(None, description="the model name requests carry; default: the served one")
     health_path: str | None = Field(None, description="default: the profile's")
     start_deadline_s: float = Field(180.0, gt=0)
@@ -135,10 +140,10 @@ TARGETS: dict[str, Target] = {t.name: t for t in [
                     "0.25", "--device", "cpu", "--dtype", "float32", "--host", "127.0.0.1", "--port", "{port}",
                     "--log-level", "warning"]),
     # One slot per sequence the scenario's own server would batch, each with the model's whole
-    # context ({context}: -c is shared by the slots).
+    # context ({context}: -c is shared by the slots); as many threads as our server's ({threads}).
     Target(name="llamacpp", profile="llamacpp", api="openai-completions",
            command=["{llama_server}", "-m", "{model_gguf}", "--host", "127.0.0.1", "--port", "{port}", "--metrics",
-                    "-np", "{max_batch}", "-c", "{context}", "--no-webui"]),
+                    "-np", "{max_batch}", "-c", "{context}", "--no-webui", "-t", "{threads}"]),
     # vLLM's CPU backend (harness/targets/engines.py): its attention needs a head size of 32 or more and
     # tiny's is 16, so it serves stdlib-small (head 32, 256 positions); eager (no graph capture:
     # 40 s to start, not minutes) and float32, so its greedy tokens can equal ours.

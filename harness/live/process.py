@@ -17,7 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from harness.machine.cores import server_threads
+from harness.machine.cores import server_threads, thread_fill
 from harness.clients.rawhttp import RawExchange
 from harness.machine.reach import Origin
 from streamlab.idle import drained
@@ -173,13 +173,22 @@ class ServerProcess:
         self.stop()
 
 
+def filled(value: str, fill: dict[str, str]) -> str:
+    """An environment value with the fill's {names} put in; any other brace is left as written."""
+    for name, text in fill.items():
+        value = value.replace("{" + name + "}", text)
+    return value
+
+
 class TargetProcess(ServerProcess):
     """Another server, started from a target's command with {port}, {transformers} (the
     `transformers` script beside this Python) and the endpoint's `fill` (harness.live.backend: the
     model exported, the engine's binary) filled in. It keeps its own
     OpenMP wait policy rather than the passive one streamlab sets for itself: measured faster for
-    transformers serve (85-90 against 77-81 tokens/s at 32 streams in a side run). Its torch
-    threads follow the same rule as ours (harness.machine.cores), so the two are compared on equal cores."""
+    transformers serve (85-90 against 77-81 tokens/s at 32 streams in a side run). Its compute
+    threads follow the same rule as ours (harness.machine.cores): torch's by OMP_NUM_THREADS, and
+    an engine with threads of its own by {threads} or {cores} in its command or environment
+    (llama-server's -t, vLLM's VLLM_CPU_OMP_THREADS_BIND), so all are compared on equal threads."""
 
     def __init__(self, name: str, template: list[str], fill: dict[str, str], health_path: str | None,
                  start_deadline_s: float = 180.0, log_dir: Path | None = None,
@@ -187,7 +196,8 @@ class TargetProcess(ServerProcess):
         self.name, self.template, self.fill = name, template, fill
         self.health_path, self.start_deadline_s = health_path, start_deadline_s
         super().__init__([], log_dir)
-        self.env.update({"HF_HUB_OFFLINE": "1", **(env or {})})
+        # Its environment's values take the fill too ({threads}, {cores}: harness.machine.cores).
+        self.env.update({"HF_HUB_OFFLINE": "1", **{k: filled(v, fill) for k, v in (env or {}).items()}})
         self.env.pop("OMP_WAIT_POLICY", None)
 
     def command(self, serve_args: list[str]) -> list[str]:
@@ -271,7 +281,7 @@ def target_process(target, model: str, max_batch: int, exports: Path,
 
     positions = PRESETS[model].shape.n_positions if model in PRESETS else 1024
     fill = {"model": model, "max_batch": str(max_batch), "positions": str(positions),
-            "context": str(max_batch * positions)}
+            "context": str(max_batch * positions), **thread_fill()}
     served = model
     if target.uses("model_dir"):
         served = fill["model_dir"] = str(export_folder(model, exports / f"{model}-hf"))

@@ -10,7 +10,9 @@ context. It is also faster on this model: a tiny decode step in-process took 0.3
 event loop then shared that core with the step thread, and healthy readers' queues filled
 (slow_reader_drop_2 dropped all six).
 
-`STREAMLAB_SERVER_THREADS=N` overrides it; the engine's in-process calibration uses the same.
+`STREAMLAB_SERVER_THREADS=N` overrides it; the engine's in-process calibration uses the same, and
+so does every other server the harness or the benchmarks start (thread_fill: llama-server's -t,
+vLLM's bound cores), so servers are compared on equal threads.
 """
 
 from __future__ import annotations
@@ -23,6 +25,13 @@ def server_threads() -> int:
     if os.environ.get("STREAMLAB_SERVER_THREADS"):
         return max(1, int(os.environ["STREAMLAB_SERVER_THREADS"]))
     return max(1, len(os.sched_getaffinity(0)) - 1)
+
+
+def thread_fill(threads: int | None = None) -> dict[str, str]:
+    """What a foreign server's command and environment are filled with: {threads}, the compute
+    threads, and {cores}, that many cores as a list ("0-1"), for an engine that binds its threads."""
+    n = threads or server_threads()
+    return {"threads": str(n), "cores": "0" if n == 1 else f"0-{n - 1}"}
 
 
 @contextmanager
