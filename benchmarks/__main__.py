@@ -73,12 +73,9 @@ def run_section(section: str, reps: int, log_dir: Path, say) -> dict:
 
         return asyncio.run(run_ours(workload(), reps, log_dir, say))
     if section == "peer":
-        from benchmarks.overlap import run_peers, workload
+        from benchmarks import peer
 
-        ours = read_json("overlap") or {}
-        solo = {"text": {int(k): v for k, v in ours.get("solo_text", {}).items()},
-                "token_ids": {int(k): v for k, v in ours.get("solo_token_ids", {}).items()}}
-        return asyncio.run(run_peers(workload(), reps, log_dir, solo, say))
+        return asyncio.run(peer.run(reps, log_dir, say))
     if section == "prefill":
         from benchmarks import prefill
 

@@ -1,4 +1,5 @@
-"""Overlap: 1..32 simultaneous streams over HTTP, ours and each peer's, and the in-process bound.
+"""Overlap: 1..32 simultaneous streams over HTTP on our server, and the in-process bound (the
+peers, interleaved with ours on equal threads: benchmarks/peer.py).
 
 The chapter's experiment: 32 prompts of about 200 characters, 64 greedy tokens each; at level
 N the first N prompts are sent at once from separate connections, three times (repetitions
@@ -17,8 +18,8 @@ from benchmarks.common import spread
 from harness.machine.cost_model import decode_only
 from harness.record.trace import percentile
 from harness.machine.cores import server_threads, torch_threads
-from benchmarks.servers import PEERS, ours, peer_command, peer_missing, peer_server, peer_version
-from benchmarks.streams import STREAMLAB, Api, TimedStream, burst, peer_api
+from benchmarks.servers import ours
+from benchmarks.streams import STREAMLAB, Api, TimedStream, burst
 from streamlab.bench_step import _CACHE_ARG
 from streamlab.config import CacheConfig, EngineConfig
 from streamlab.engine.engine import BatchEngine
@@ -124,48 +125,6 @@ async def run_ours(prompts: list[str], reps: int, log_dir: Path, say) -> dict:
     return out
 
 
-async def run_peers(prompts: list[str], reps: int, log_dir: Path, solo: dict, say) -> dict:
-    """Every peer installed here, one after another in the same run (benchmarks.servers.PEERS);
-    those not installed are listed with the reason."""
-    out: dict = {"peers": {}, "missing": {}}
-    for name in PEERS:
-        missing = peer_missing(name)
-        if missing:
-            say(f"peer {name}: skipped, {missing}")
-            out["missing"][name] = missing
-            continue
-        out["peers"][name] = await run_peer(name, prompts, reps, log_dir, solo, say)
-    return out
-
-
-async def run_peer(name: str, prompts: list[str], reps: int, log_dir: Path, solo: dict, say) -> dict:
-    """One peer at every level once, and at 32 (the headline) `reps` times, on the same weights
-    (MODEL, exported as the peer loads it). Identity against our solo streams: token ids where the
-    peer sends them (vLLM), else text."""
-    say(f"peer: {name}")
-    t0 = time.monotonic()
-    streams_at_32: list[TimedStream] = []
-
-    def keep(n: int, streams: list[TimedStream]) -> None:
-        if n == 32:
-            streams_at_32[:] = streams
-
-    process, model = peer_server(name, MODEL, 32, log_dir)
-    async with process as peer:
-        api = peer_api(name, model)
-        started = time.monotonic() - t0
-        await burst(api, peer.port, prompts[:4], 4)  # warm-up: transformers serve's manager starts on first use
-        rows = await levels(api, peer.port, prompts, LEVELS[:-1], 1, None)
-        rows += await levels(api, peer.port, prompts, (32,), reps, None, keep_streams=keep)
-    by_ids = bool(streams_at_32) and all(s.token_ids for s in streams_at_32)
-    ref_ids, ref_text = solo.get("token_ids", {}), solo.get("text", {})
-    same = sum((s.token_ids == ref_ids.get(s.prompt_index)) if by_ids else (s.text == ref_text.get(s.prompt_index))
-               for s in streams_at_32)
-    return {"rows": rows, "levels": by_level(rows), "start_s": started, "same_as_ours": same,
-            "compared_by": "token ids" if by_ids else "text", "streams_compared": len(streams_at_32),
-            "command": " ".join(peer_command(name)), "version": peer_version(name), "model": MODEL}
-
-
 @torch.inference_mode()
 def in_process_bound(prompts: list[str], reps: int) -> dict:
     """transformers' contiguous-cache forward: one left-padded batched prefill of all 32 prompts,
@@ -193,17 +152,9 @@ def in_process_bound(prompts: list[str], reps: int) -> dict:
     # Our engine on the same work, once on this process's torch threads and once on a server's
     # (harness/machine/cores.py: one fewer than the cores, the rest left to the event loop and clients),
     # so the HTTP cost and the engine's cost can be told apart (an explanation, not a headline).
-    def ours_in_process() -> float:
-        eng = BatchEngine(loaded.model, EngineConfig(max_batch=32, cache=CacheConfig(1024, 16)))
-        t0 = time.perf_counter()
-        for i, p in enumerate(ids):
-            eng.submit(str(i), p, SamplingParams(max_new_tokens=MAX_TOKENS, ignore_eos=True))
-        while eng.has_work():
-            eng.step()
-        return time.perf_counter() - t0
-    engine.append(ours_in_process())
+    engine.append(engine_in_process(prompts, loaded))
     with torch_threads(server_threads()):
-        as_served = [ours_in_process()]
+        as_served = [engine_in_process(prompts, loaded)]
     total = len(ids) * MAX_TOKENS
     return {"bound_s": spread(bound), "bound_tokens_per_s": spread([total / t for t in bound]),
             "bound_prefill_s": spread(prefill), "padded_prompt_tokens": n * len(ids),
@@ -211,6 +162,28 @@ def in_process_bound(prompts: list[str], reps: int) -> dict:
             "engine_tokens_per_s": spread([total / t for t in engine]), "torch_threads": torch.get_num_threads(),
             "server_threads": server_threads(), "engine_server_threads_s": spread(as_served),
             "engine_server_threads_tokens_per_s": spread([total / t for t in as_served])}
+
+
+def engine_in_process(prompts: list[str], loaded=None) -> float:
+    """Seconds our engine takes in this process for every prompt at once, MAX_TOKENS each, no HTTP."""
+    return engine_steps(prompts, loaded)[0]
+
+
+def engine_steps(prompts: list[str], loaded=None) -> tuple[float, list[float]]:
+    """engine_in_process's seconds, and each step's that only decoded (no prompt in it)."""
+    loaded = loaded or load_model(MODEL)
+    ids = [loaded.tokenizer.encode(p) for p in prompts]
+    eng = BatchEngine(loaded.model, EngineConfig(max_batch=32, cache=CacheConfig(1024, 16)))
+    t0 = time.perf_counter()
+    for i, p in enumerate(ids):
+        eng.submit(str(i), p, SamplingParams(max_new_tokens=MAX_TOKENS, ignore_eos=True))
+    decode_s = []
+    while eng.has_work():
+        began = time.perf_counter()
+        out = eng.step()
+        if not out.prefill_tokens and out.decoded:
+            decode_s.append(time.perf_counter() - began)
+    return time.perf_counter() - t0, decode_s
 
 
 def hf_decode_masked(hf, nxt, past, mask, positions):

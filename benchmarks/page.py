@@ -10,13 +10,14 @@ from benchmarks import plots
 from benchmarks.client_sections import disconnect_section, joiners_section, proxy_section, slow_section
 from benchmarks.sections import capacity_section, harness_section, overload_section, precision_section, prefill_section, soak_section
 from benchmarks.common import DOCS, read_json
+from benchmarks.peer_section import peer_section
 from benchmarks.tables import _ms, _spread, _table
 
 
 # Each peer's name on the page, and the goal we set against it at 32 streams: (our tokens/s over
 # its tokens/s at least, our TTFT p50 over its TTFT p50 at most).
 PEER_NAMES = {"transformers-serve": "transformers serve", "llamacpp": "llama-server", "vllm": "vLLM (CPU)"}
-PEER_GOALS = {"transformers-serve": (1.3, 0.6), "llamacpp": (1.0, 1.0), "vllm": (1.0, 1.0)}
+PEER_GOALS = {"transformers-serve": (1.3, 0.6), "llamacpp": (1.2, 1.0), "vllm": (1.2, 1.0)}
 
 
 def peers(d: dict) -> dict[str, dict]:
@@ -44,15 +45,17 @@ def headline(d: dict) -> tuple[str, dict]:
                      f"**{figures['speedup_32']:.1f}x**", f"back-to-back {b2b:.1f} s, 32 at once "
                      f"{_spread(at32['makespan_s'])} s; the chapter: 14.5x on a GPU"])
         rows.append(["aggregate throughput, 32 streams vs 1", f"{figures['throughput_32_vs_1']:.1f}x", "medians"])
-    for name, peer in (peers(d).items() if ours else ()):
-        o, p = ours["levels"][-1], peer["levels"][-1]
+    interleaved = (d.get("peer") or {}).get("ratios", {})
+    for name in peers(d) if interleaved else ():  # ratios within each round of one interleaved run (peer.py)
+        r = interleaved[name][str(max(d["peer"]["levels"]))]
         faster, sooner = PEER_GOALS[name]
-        tps = figures[f"throughput_vs_{name}"] = o["tokens_per_s"]["median"] / p["tokens_per_s"]["median"]
-        ttft = figures[f"ttft_vs_{name}"] = o["ttft_p50_s"]["median"] / p["ttft_p50_s"]["median"]
-        rows.append([f"our / {PEER_NAMES[name]} aggregate tokens/s at 32", f"**{tps:.2f}x**",
-                     f"{o['tokens_per_s']['median']:.0f} vs {p['tokens_per_s']['median']:.0f} tok/s (goal ≥ {faster}x)"])
+        tps = figures[f"throughput_vs_{name}"] = r["tokens_per_s"]["median"]
+        ttft = figures[f"ttft_vs_{name}"] = r["ttft_p50_s"]["median"]
+        rows.append([f"our / {PEER_NAMES[name]} aggregate tokens/s at 32, {d['peer']['threads']} thread(s) each",
+                     f"**{tps:.2f}x**", f"[{_spread(r['tokens_per_s'])}] over {r['tokens_per_s']['n']} interleaved "
+                                        f"rounds (goal ≥ {faster}x)"])
         rows.append([f"our / {PEER_NAMES[name]} TTFT p50 at 32", f"**{ttft:.2f}x**",
-                     f"{o['ttft_p50_s']['median']:.2f} s vs {p['ttft_p50_s']['median']:.2f} s (goal ≤ {sooner}x)"])
+                     f"[{_spread(r['ttft_p50_s'])}] (goal ≤ {sooner}x)"])
     if ours:
         at32 = ours["levels"][-1]
         figures["gap_p99_over_p50"] = at32["gap_p99_s"]["median"] / at32["gap_p50_s"]["median"]
@@ -125,31 +128,6 @@ def overlap_section(d: dict) -> str:
                 f"({b['tokens_per_s']:.0f} tokens/s); a solo stream took {_spread(b['stream_s'])} s, "
                 f"its first token {_spread(b['ttft_s'], 1e3, 0)} ms, its median gap {_ms(b['gap_p50_s'])} ms.", "",
             "![overlap](results/overlap.png)", ""]
-    missing = (d.get("peer") or {}).get("missing", {})
-    if peers(d) or missing:
-        out += ["### The peers: transformers serve, llama-server and vLLM, on the same weights", "",
-                "Each peer serves the same model, `gpt2-small-random`, exported by `streamlab export` as it loads "
-                "it (a transformers folder; one GGUF file for llama-server), started as a target run starts it "
-                "(`harness/format/target.py`), one after another in the same run as ours, and is asked through the "
-                "harness's own client for its OpenAI route (`harness/clients/wire.py`): streaming `/v1/completions`, "
-                "greedy (temperature 0), its end of text switched off as ours is. Same client, same prompts. "
-                "Each peer runs each level below 32 once (to keep the command short) and 32, the headline, as "
-                "often as ours. Identity: each stream at 32 against our solo run of the same prompt, by token "
-                "ids where the peer sends them, else by text.", ""]
-        for name, peer in peers(d).items():
-            out += [f"**{PEER_NAMES[name]}** ({peer['version']}): `{peer['command']}`, started in "
-                    f"{peer['start_s']:.0f} s; equal to our solo runs for {peer['same_as_ours']} of "
-                    f"{peer['streams_compared']} streams at 32 (by {peer['compared_by']}).", ""]
-            rows = []
-            for lv in peer["levels"]:
-                rows.append([str(lv["n"]), str(lv["repetitions"]), _spread(lv["makespan_s"]),
-                             _spread(lv["tokens_per_s"], digits=0), _spread(lv["ttft_p50_s"], 1e3, 0),
-                             _spread(lv["ttft_p99_s"], 1e3, 0), _spread(lv["gap_p50_s"], 1e3, 0),
-                             _spread(lv["gap_p99_s"], 1e3, 0)])
-            out += [_table(["N", "runs", "makespan s", "tokens/s", "TTFT p50 ms", "TTFT p99 ms", "gap p50 ms",
-                            "gap p99 ms"], rows), ""]
-        for name, why in missing.items():
-            out += [f"**{PEER_NAMES[name]}** did not run: {why}.", ""]
     if bound:
         out += ["### The in-process bound", "",
                 f"transformers' `GPT2LMHeadModel` with its contiguous cache, no HTTP: all 32 prompts prefilled in one "
@@ -249,7 +227,7 @@ def step_section(step: dict | None) -> str:
 
 CLOSING = "## What the numbers do not show"
 # The sections that can be written into the page alone (splice_page), by their JSON's name.
-ALONE = {"harness": harness_section, "capacity": capacity_section}
+ALONE = {"harness": harness_section, "capacity": capacity_section, "peer": peer_section}
 
 
 def splice_page(names: list[str]) -> Path:
@@ -298,7 +276,7 @@ def write_page() -> Path:
         "was available to this project's runs, so there is no GPU table. The machine is shared and noisy: "
         "ratios measured within one run are the headline, absolute times are this machine's.", "",
         "## Headline", "", table, "",
-        overlap_section(d), step_section(d["step"]), prefill_section(d["prefill"]), joiners_section(d["joiners"]),
+        overlap_section(d), peer_section(d["peer"]), step_section(d["step"]), prefill_section(d["prefill"]), joiners_section(d["joiners"]),
         slow_section(d["slow_readers"]), disconnect_section(d["disconnect"]), proxy_section(d["proxy"]),
         overload_section(d["overload"]), precision_section(d["precision"]), soak_section(d["soak"]),
         harness_section(d["harness"]), capacity_section(d["capacity"]),
