@@ -107,7 +107,7 @@ def test_every_server_gets_the_same_threads_by_one_rule(monkeypatch):
 
     monkeypatch.setenv("STREAMLAB_SERVER_THREADS", "2")
     assert thread_fill() == {"threads": "2", "cores": "0-1"} and thread_fill(1)["cores"] == "0"
-    fill = {"model_gguf": "m.gguf", "max_batch": "4", "context": "64", **thread_fill()}
+    fill = {"model_gguf": "m.gguf", "max_batch": "4", "context": "64"}
     llama = TargetProcess("llamacpp", TARGETS["llamacpp"].command, {**fill, "llama_server": "ls"}, None)
     args = llama.command([])
     assert args[args.index("-t") + 1] == str(server_threads()) == llama.env["OMP_NUM_THREADS"] == "2"

@@ -193,6 +193,7 @@ class TargetProcess(ServerProcess):
     def __init__(self, name: str, template: list[str], fill: dict[str, str], health_path: str | None,
                  start_deadline_s: float = 180.0, log_dir: Path | None = None,
                  env: dict[str, str] | None = None) -> None:
+        fill = {**thread_fill(), **fill}  # {threads} and {cores} mean the same in every foreign server
         self.name, self.template, self.fill = name, template, fill
         self.health_path, self.start_deadline_s = health_path, start_deadline_s
         super().__init__([], log_dir)
@@ -281,7 +282,7 @@ def target_process(target, model: str, max_batch: int, exports: Path,
 
     positions = PRESETS[model].shape.n_positions if model in PRESETS else 1024
     fill = {"model": model, "max_batch": str(max_batch), "positions": str(positions),
-            "context": str(max_batch * positions), **thread_fill()}
+            "context": str(max_batch * positions)}
     served = model
     if target.uses("model_dir"):
         served = fill["model_dir"] = str(export_folder(model, exports / f"{model}-hf"))
