@@ -54,9 +54,19 @@ class EngineConfig:
     # Per-request records kept for inspection (the ledger's released entries, the hub's release
     # log, remembered ended streams): the most recent this many. Aggregates are kept forever.
     history: int = 10_000
+    # Prefix caching: full prompt blocks keyed by content and position, shared by reference count
+    # and kept after their last owner leaves, until admission needs the room (streamlab/engine/
+    # prefix_cache.py). Only with chunked prefill and chunks of whole blocks: a sequence then
+    # starts computing at a chunk boundary, so its bits are those of a run without the cache.
+    prefix_caching: bool = False
 
     def __post_init__(self) -> None:
         _require(self.history >= 1, f"history must be >= 1, got {self.history}")
+        _require(not self.prefix_caching or (self.step_token_budget > 0
+                                             and self.prefill_chunk_tokens % self.cache.block_size == 0),
+                 "prefix_caching needs chunked prefill (step_token_budget > 0) with prefill_chunk_tokens a "
+                 f"multiple of the block size ({self.cache.block_size}), got step_token_budget "
+                 f"{self.step_token_budget} and prefill_chunk_tokens {self.prefill_chunk_tokens}")
         _require(self.dtype in ("float32", "bfloat16"), f"dtype must be 'float32' or 'bfloat16', got {self.dtype!r}")
         _require(self.decode_attention in ("gather", "kernel"),
                  f"decode_attention must be 'gather' or 'kernel', got {self.decode_attention!r}")

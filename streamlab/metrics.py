@@ -19,8 +19,8 @@ class _HubCollector:
     def collect(self):
         stats = self.hub.stats()
         ledger = self.hub.engine.blocks.ledger
-        for name in ("blocks_total", "blocks_free", "blocks_reserved", "waiting", "running", "paused",
-                     "streams_registered"):
+        for name in ("blocks_total", "blocks_free", "blocks_reserved", "blocks_cached", "blocks_evictable", "waiting",
+                     "running", "paused", "streams_registered"):
             yield GaugeMetricFamily(f"streamlab_{name}", name.replace("_", " "), value=stats[name])
         for name, value in (("blocks_allocated", ledger.blocks_allocated), ("blocks_released", ledger.blocks_released),
                             ("releases", stats["releases"]), ("steps", stats["steps"]),
@@ -28,7 +28,10 @@ class _HubCollector:
                             ("requests_accepted", stats["requests_accepted"]),
                             ("requests_refused", stats["requests_refused"]),
                             ("late_events_dropped", stats["late_events_dropped"]),
-                            ("double_release_attempts", stats["double_release_attempts"])):
+                            ("double_release_attempts", stats["double_release_attempts"]),
+                            ("prefix_hit_blocks", stats["prefix_hit_blocks"]),
+                            ("prefix_queried_blocks", stats["prefix_queried_blocks"]),
+                            ("prefix_evictions", stats["prefix_evictions"])):
             yield CounterMetricFamily(f"streamlab_{name}", name.replace("_", " "), value=value)
         cancellations = CounterMetricFamily("streamlab_cancellations", "streams cancelled, by reason",
                                             labels=["reason"])

@@ -53,6 +53,9 @@ SERVE_OPTIONS: tuple[ServeOption, ...] = (
                 "0 = off (whole prompts prefilled before the step's decode)", bounds={"ge": 0}),
     ServeOption("prefill_chunk_tokens", "--prefill-chunk", int, _ENGINE.prefill_chunk_tokens,
                 "chunked prefill: prompts are cut at multiples of this many tokens", bounds={"ge": 1}),
+    ServeOption("prefix_caching", "--prefix-caching", bool, _ENGINE.prefix_caching,
+                "prefix caching: full prompt blocks shared by content and kept after their last owner, evicted "
+                "least recently used when admission needs room (chunked prefill with whole-block chunks only)"),
     ServeOption("decode_attention", "--decode-attention", str, _ENGINE.decode_attention,
                 "decode attention: read K/V through the block table in place (kernel, built at set-up; gather "
                 "where it cannot be built) or copy each sequence's blocks out first (gather)",
@@ -145,7 +148,8 @@ def service_config(values: Mapping[str, object]) -> ServiceConfig:
                             max_prefills_per_step=v["max_prefills_per_step"],
                             step_token_budget=v["step_token_budget"],
                             prefill_chunk_tokens=v["prefill_chunk_tokens"],
-                            decode_attention=v["decode_attention"], dtype=v["dtype"], history=v["history"]),
+                            decode_attention=v["decode_attention"], dtype=v["dtype"], history=v["history"],
+                            prefix_caching=v["prefix_caching"]),
         first_token=v["first_token"],
         backpressure=BackpressureConfig(Policy(policy), v["queue_limit"], v["stall_timeout_s"]),
         waiting_limit=v["waiting_limit"], admission=v["admission"], ttft_deadline_ms=v["ttft_deadline_ms"],

@@ -19,7 +19,7 @@ from streamlab.policies import Policy
 pytestmark = pytest.mark.shares_cores
 
 NON_DEFAULT = {"model": "tiny", "policy": Policy.DROP, "queue_limit": 5, "stall_timeout_s": 0.4, "max_batch": 7,
-               "max_prefills_per_step": 3, "step_token_budget": 48, "prefill_chunk_tokens": 16, "decode_attention": "gather", "dtype": "bfloat16", "history": 123, "fault_step": 7, "fault_rate": 0.25, "fault_seed": 3,
+               "max_prefills_per_step": 3, "step_token_budget": 48, "prefill_chunk_tokens": 16, "prefix_caching": True, "decode_attention": "gather", "dtype": "bfloat16", "history": 123, "fault_step": 7, "fault_rate": 0.25, "fault_seed": 3,
                "header_timeout_s": 3.5, "body_timeout_s": 4.5, "max_connections": 3000, "max_head_bytes": 20000, "max_headers": 50, "api_key": "k", "debug": True, "admin_port": free_port(), "first_token": "step", "cache_blocks": 333, "block_size": 8,
                "waiting_limit": 11, "admission": "deadline", "ttft_deadline_ms": 250.0, "max_tokens_budget": 555, "keepalive_s": 2.5, "graceful_timeout_s": 1.5,
                "resume_window_s": 4.5, "resume_buffer_events": 77, "resume_buffer_bytes": 9999, "lab": True, "lab_step_slowdown": 1.5,

@@ -16,8 +16,11 @@ from harness.format.profile import PROFILES, Profile
 @implements("leak_free")
 def leak_free(scenario: Scenario | None, trace: Trace, solo: dict | None = None) -> CheckResult:
     s = trace.server
-    figure = f"free {s['blocks_free']}/{s['blocks_total']}, " + ", ".join(f"{k} {s[k]}" for k in LEFT_BEHIND)
-    return CheckResult("leak_free", holds_nothing(trace), figure, "all blocks free, nothing left", list(trace.invariants))
+    cached = f" (+{s['blocks_evictable']} cached, no owner)" if s.get("blocks_evictable") else ""
+    figure = (f"free {s['blocks_free']}/{s['blocks_total']}{cached}, "
+              + ", ".join(f"{k} {s[k]}" for k in LEFT_BEHIND))
+    return CheckResult("leak_free", holds_nothing(trace), figure, "all blocks free or cached unowned, nothing left",
+                       list(trace.invariants))
 
 
 @implements("exactly_once")

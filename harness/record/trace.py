@@ -242,10 +242,11 @@ def states_line(reached: dict[str, int]) -> str:
 
 
 def holds_nothing(trace: Trace) -> bool:
-    """After the run drained: every block free, nothing waiting, running, paused or registered,
-    no broken invariant."""
+    """After the run drained: every block free or cached with no owner (the prefix cache's, evicted
+    when admission needs the room), nothing waiting, running, paused or registered, no broken invariant."""
     s = trace.server
-    return s["blocks_free"] == s["blocks_total"] and all(s[k] == 0 for k in LEFT_BEHIND) and not trace.invariants
+    return (s["blocks_free"] + s.get("blocks_evictable", 0) == s["blocks_total"]
+            and all(s[k] == 0 for k in LEFT_BEHIND) and not trace.invariants)
 
 
 def percentile(values: list[float], p: float) -> float | None:

@@ -154,12 +154,13 @@ class BlockManager:
     def cache_stats(self) -> CacheStats:
         return self.prefix.stats() if self.prefix else CacheStats(0, 0, 0, 0, 0)
 
-    def can_allocate(self, num_blocks: int, prompt_ids: Sequence[int] | None = None) -> bool:
+    def can_allocate(self, num_blocks: int, prompt_ids: Sequence[int] | None = None, share_multiple: int = 1) -> bool:
         """Whether allocate (or allocate_with_prefix, given the prompt) would succeed now."""
         if prompt_ids is None or not self.prefix:
             return self._fits(num_blocks)
         shareable = self.prefix.shareable_keys(prompt_ids, self.prefix.prompt_keys(prompt_ids, num_blocks))
-        return self._fits(num_blocks - self._owned(self.prefix.cached_prefix(shareable, self._refcount)))
+        hits = self.prefix.cached_prefix(shareable, self._refcount)
+        return self._fits(num_blocks - self._owned(hits[:len(hits) - len(hits) % share_multiple]))
 
     def _fits(self, new_blocks: int) -> bool:
         # An evictable hit counts once as room and once as need, so only owned hits lower the need.
@@ -171,10 +172,13 @@ class BlockManager:
     def allocate(self, seq_id: int, num_blocks: int) -> list[int]:
         return self.allocate_with_prefix(seq_id, num_blocks, ()).table
 
-    def allocate_with_prefix(self, seq_id: int, num_blocks: int, prompt_ids: Sequence[int]) -> Allocation:
+    def allocate_with_prefix(self, seq_id: int, num_blocks: int, prompt_ids: Sequence[int],
+                             share_multiple: int = 1) -> Allocation:
         """A table whose first `cached_blocks` blocks are shared cached prompt blocks (always 0 with
-        prefix caching off). The caller computes the prompt from cached_blocks * block_size on, and
-        says how far it got with mark_computed."""
+        prefix caching off), a multiple of `share_multiple` (the engine's prefill chunk in blocks:
+        a sequence computes from a chunk boundary, so what it computes is what it would have
+        computed without the cache). The caller computes the prompt from cached_blocks * block_size
+        on, and says how far it got with mark_computed."""
         if seq_id in self._tables:
             raise BlockAccountingError(f"sequence {seq_id} already holds blocks")
         keys, shareable, hits = [], [], []
@@ -182,6 +186,7 @@ class BlockManager:
             keys = self.prefix.prompt_keys(prompt_ids, num_blocks)
             shareable = self.prefix.shareable_keys(prompt_ids, keys)
             hits = self.prefix.cached_prefix(shareable, self._refcount)
+            hits = hits[:len(hits) - len(hits) % share_multiple]
         if not self._fits(num_blocks - self._owned(hits)):
             raise BlockAccountingError(f"asked for {num_blocks} blocks with {len(self._free)} free "
                                        f"and {self.num_evictable} evictable")

@@ -41,7 +41,8 @@ class BatchEngine(EngineInspection):
         self.model = model if model.dtype == dtype else model.cast(dtype)
         self.config = config
         self.cache = self.model.new_cache(config.cache)
-        self.blocks = BlockManager(config.cache.num_blocks, ledger_window=config.history)
+        self.blocks = BlockManager(config.cache.num_blocks, ledger_window=config.history,
+                                   prefix_caching=config.prefix_caching, block_size=config.cache.block_size)
         self.scheduler = Scheduler(config, self.blocks)
         self._inbox: list[Wish] = []
         self._inbox_lock = threading.Lock()
@@ -249,6 +250,7 @@ class BatchEngine(EngineInspection):
             made = sampled(logits, batch.decodes)
             for c in batch.chunks:
                 c.seq.prefilled = c.end
+                self.blocks.mark_computed(c.seq.seq_id, c.end)  # its full blocks may be shared from now
             firsts = [c.seq for c in batch.chunks if c.last]
             made += sampled(logits, firsts, start=len(batch.decodes))
         tokens = self._record_tokens(made, step, finished)

@@ -41,6 +41,7 @@ class EngineInspection:
             with self._inbox_lock:
                 pending = sum(1 for w in self._inbox if w.kind == "submit")
             sched = self.scheduler
+            cached = self.blocks.cache_stats()
             return EngineStats(
                 blocks_total=self.blocks.num_blocks, blocks_free=self.blocks.num_free,
                 blocks_reserved=self.blocks.num_held, waiting=len(sched.waiting) + pending,
@@ -49,7 +50,10 @@ class EngineInspection:
                 double_release_attempts=self.blocks.ledger.double_release_attempts,
                 steps=self._steps, tokens_generated=self._tokens_generated,
                 requests_submitted=self._submitted, requests_finished=sum(self._finished_by_reason.values()),
-                finished_by_reason=dict(self._finished_by_reason), cancelled_while=dict(self._cancelled_while))
+                finished_by_reason=dict(self._finished_by_reason), cancelled_while=dict(self._cancelled_while),
+                blocks_cached=cached.cached_blocks, blocks_evictable=cached.evictable_blocks,
+                prefix_hit_blocks=cached.hit_blocks, prefix_queried_blocks=cached.queried_blocks,
+                prefix_evictions=cached.evictions)
 
     def sizes(self) -> dict[str, int]:
         """Every per-request collection the engine keeps: all must stay bounded on a long-running server."""

@@ -52,3 +52,10 @@ class EngineStats:
     requests_finished: int
     finished_by_reason: dict[str, int] = field(default_factory=dict)
     cancelled_while: dict[str, int] = field(default_factory=dict)  # waiting, running, paused
+    # The prefix cache (0 with it off): blocks holding indexed prompt content, owned or not; of
+    # those, owned by no sequence (free to evict: a drained server holds free + evictable blocks).
+    blocks_cached: int = 0
+    blocks_evictable: int = 0
+    prefix_hit_blocks: int = 0
+    prefix_queried_blocks: int = 0
+    prefix_evictions: int = 0

@@ -46,6 +46,11 @@ class Scheduler:
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
 
+    @property
+    def _chunk_blocks(self) -> int:
+        """Cached prefixes are shared in whole prefill chunks (EngineConfig.prefix_caching)."""
+        return max(1, self.config.prefill_chunk_tokens // self.config.cache.block_size)
+
     def add(self, seq: Sequence) -> None:
         self.waiting.append(seq)
 
@@ -58,10 +63,13 @@ class Scheduler:
         while self.waiting and len(self.running) < self.config.max_batch and len(admitted) < cap:
             seq = self.waiting[0]
             need = self.blocks_needed(seq)
-            if not self.blocks.can_allocate(need):
+            if not self.blocks.can_allocate(need, seq.prompt_ids, self._chunk_blocks):
                 break
             self.waiting.popleft()
-            seq.block_table = self.blocks.allocate(seq.seq_id, need)
+            given = self.blocks.allocate_with_prefix(seq.seq_id, need, seq.prompt_ids, self._chunk_blocks)
+            seq.block_table = given.table
+            # A cached prefix is already in the cache: prefill starts after it, at a chunk boundary.
+            seq.prefilled = seq.cached_tokens = given.cached_blocks * self.config.cache.block_size
             seq.status = SequenceStatus.RUNNING
             seq.admitted_step = step
             self.running.append(seq)

@@ -41,6 +41,7 @@ class Sequence:
     finish_reason: FinishReason | None = None
     admitted_step: int | None = None
     prefilled: int = 0  # prompt tokens whose K/V are in the cache (chunked prefill)
+    cached_tokens: int = 0  # of those, found in the prefix cache at admission (not computed)
     closed_at: float | None = None  # the caller's stream closed (BatchEngine.cancel), on its clock
     closed_after_step: int | None = None
     finished_step: int | None = None

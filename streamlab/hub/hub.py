@@ -262,7 +262,10 @@ class Hub(Delivery, Backpressure, StepLoop):
         return {
             "step_in_flight": step_in_flight,
             "blocks_total": engine.blocks_total, "blocks_free": engine.blocks_free,
-            "blocks_reserved": engine.blocks_reserved, "waiting": engine.waiting, "running": engine.running,
+            "blocks_reserved": engine.blocks_reserved, "blocks_cached": engine.blocks_cached,
+            "blocks_evictable": engine.blocks_evictable, "prefix_hit_blocks": engine.prefix_hit_blocks,
+            "prefix_queried_blocks": engine.prefix_queried_blocks, "prefix_evictions": engine.prefix_evictions,
+            "waiting": engine.waiting, "running": engine.running,
             "paused": engine.paused, "streams_registered": len(self._streams),
             "streams_detached": sum(1 for st in self._streams.values() if st.detached_since is not None),
             "releases": engine.releases,
