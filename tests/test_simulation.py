@@ -107,15 +107,17 @@ def test_a_double_release_is_caught(monkeypatch):
 
 
 def test_a_changed_token_is_caught(monkeypatch):
-    original = engine_module.sample
+    original = engine_module.sample_rows
     calls = [0]
 
-    def off_by_one(logits, params, rng):
-        calls[0] += 1
-        token = original(logits, params, rng)
-        return (token + 1) % logits.shape[-1] if calls[0] % 97 == 0 else token
+    def off_by_one(logits, params, rngs, start=0):
+        tokens = []
+        for token in original(logits, params, rngs, start):  # every 97th token the engine samples is off
+            calls[0] += 1
+            tokens.append((token + 1) % logits.shape[-1] if calls[0] % 97 == 0 else token)
+        return tokens
 
-    monkeypatch.setattr(engine_module, "sample", off_by_one)
+    monkeypatch.setattr(engine_module, "sample_rows", off_by_one)
     outcome = run("overlap_4")
     assert failed(outcome) == {"identity"}
     assert "first divergence at token" in " ".join(c.line() for c in outcome.checks)
