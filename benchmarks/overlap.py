@@ -23,6 +23,7 @@ from benchmarks.streams import STREAMLAB, Api, TimedStream, burst
 from streamlab.bench_step import _CACHE_ARG
 from streamlab.config import CacheConfig, EngineConfig
 from streamlab.engine.engine import BatchEngine
+from streamlab.idle import pool_whole
 from streamlab.models import load_model
 from streamlab.prompts import prompts_near
 from streamlab.sampling import SamplingParams
@@ -118,7 +119,7 @@ async def run_ours(prompts: list[str], reps: int, log_dir: Path, say) -> dict:
         steps = (await server.get_json("/debug/steps"))["steps"]
         settled = await server.settle()
     out["rows"], out["levels"] = rows, by_level(rows)
-    out["server_clean"] = settled["blocks_free"] == settled["blocks_total"]
+    out["server_clean"] = pool_whole(settled)
     out["steps_at_32"] = [steps_in(steps, a, b) for n, a, b in windows if n == 32]
     out["solo_text"] = {i: s.text for i, s in solo.items()}
     out["solo_token_ids"] = {i: s.token_ids for i, s in solo.items()}  # the prefill section's reference too

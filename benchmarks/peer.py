@@ -29,11 +29,14 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from benchmarks.common import spread
-from benchmarks.overlap import LEVELS, MAX_TOKENS, MODEL, back_to_back, by_level, ours, summarize_burst, workload
+from benchmarks.overlap import (LEVELS, MAX_TOKENS, MODEL, back_to_back, by_level, engine_steps, ours, summarize_burst,
+                                workload)
 from benchmarks.servers import PEERS, peer_command, peer_missing, peer_server, peer_version
 from benchmarks.streams import STREAMLAB, Api, burst, peer_api
 from harness.clients.wire import wire_for
 from harness.machine.cores import server_threads, torch_threads
+from streamlab.idle import pool_whole
+from streamlab.models import load_model
 
 OURS_OPENAI = Api("streamlab-openai", wire_for("openai-completions", MODEL, {}, "field"))
 # Where a peer says how many threads it computes on (its log, as it starts).
@@ -124,7 +127,7 @@ async def _run(reps: int, log_dir: Path, say, levels: tuple[int, ...], threads: 
                     rows[name].append({**summarize_burst(n, makespan, streams, solo), "round": r})
                     if n == max(levels):
                         at_32[name] = streams
-        out["settled_clean"] = _clean(await server.settle())
+        out["settled_clean"] = pool_whole(await server.settle())
     finally:
         for process in reversed(started):
             await process.__aexit__(None, None, None)
@@ -157,9 +160,6 @@ def ratios(ours_rows: list[dict], theirs: list[dict]) -> dict[str, dict]:
 def engine_bound(prompts: list[str], threads: int) -> dict:
     """Our engine in this process on the servers' threads, no HTTP: the 32-stream work (HTTP's
     cost apart), and one stream alone (its decode step: what a lone stream's gap could be)."""
-    from benchmarks.overlap import engine_steps
-    from streamlab.models import load_model
-
     loaded = load_model(MODEL)
     with torch_threads(threads):
         seconds = [engine_steps(prompts, loaded)[0] for _ in range(2)]
@@ -168,6 +168,3 @@ def engine_bound(prompts: list[str], threads: int) -> dict:
             "tokens_per_s": spread([len(prompts) * MAX_TOKENS / s for s in seconds]),
             "batch_1_step_s": spread(alone)}
 
-
-def _clean(settled: dict) -> bool:
-    return settled["blocks_free"] == settled["blocks_total"]

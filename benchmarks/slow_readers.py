@@ -14,6 +14,7 @@ from pathlib import Path
 from harness.run.once import run_live
 from harness.record.trace import metric_values, percentile
 from harness.format.load import load
+from streamlab.idle import pool_whole
 
 POLICIES = ("naive", "unbounded", "pause", "drop", "pause_then_drop")
 SLOW = (0, 1, 2, 4)
@@ -43,7 +44,7 @@ def one(policy: str, slow: int, say) -> dict:
             # What those events weigh once formatted, which is what a server that formats
             # eagerly would hold; ours queues them unformatted and pads at write time.
             "slow_peak_queued_bytes_formatted": [p * (TOKEN_EVENT_BYTES + pad) for p in slow_peaks],
-            "server_clean": trace.server["blocks_free"] == trace.server["blocks_total"] and not trace.invariants}
+            "server_clean": pool_whole(trace.server) and not trace.invariants}
 
 
 def run(say) -> dict:

@@ -4,6 +4,12 @@ live and simulated runs, the tests)."""
 from __future__ import annotations
 
 
+def pool_whole(stats: dict) -> bool:
+    """Every cache block is free, or cached by the prefix cache with no owner (evicted when
+    admission needs the room): what a drained server holds when nothing leaked."""
+    return stats["blocks_free"] + stats.get("blocks_evictable", 0) == stats["blocks_total"]
+
+
 def drained(stats: dict) -> bool:
     """Nothing runs, waits or is registered, and no step is between freeing a sequence and writing
     its release record. The step thread frees blocks inside the engine's step and records the

@@ -17,6 +17,7 @@ import time
 from dataclasses import dataclass
 
 from harness.live.process import ServerProcess
+from streamlab.idle import pool_whole
 
 PROMPT = "Return the number of items in the container, or raise an error if it is closed."
 MOMENTS = {"waiting_for_slot": 0, "after_admission": 1, "early": 5, "mid": 100, "late": 190}  # tokens read
@@ -104,7 +105,7 @@ async def measure_disconnect(model: str, repetitions: int = 6, seed: int = 0) ->
                              for how, v in by_how.items()},
         "max_steps_after_close": max(s.steps_after_close for s in samples),
         "never_admitted_when_waiting": all(s.completion_tokens == 0 for s in samples if s.moment == "waiting_for_slot"),
-        "server_clean": stats["blocks_free"] == stats["blocks_total"],
+        "server_clean": pool_whole(stats),
         "waste": waste,
     }
 

@@ -9,6 +9,8 @@ import math
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, Protocol, TypedDict
 
+from streamlab.idle import pool_whole
+
 # A stream that ended as asked: its length, the model's end of text, or a stop string.
 NORMAL_FINISHES = ("length", "eos", "stop")
 
@@ -245,8 +247,7 @@ def holds_nothing(trace: Trace) -> bool:
     """After the run drained: every block free or cached with no owner (the prefix cache's, evicted
     when admission needs the room), nothing waiting, running, paused or registered, no broken invariant."""
     s = trace.server
-    return (s["blocks_free"] + s.get("blocks_evictable", 0) == s["blocks_total"]
-            and all(s[k] == 0 for k in LEFT_BEHIND) and not trace.invariants)
+    return pool_whole(s) and all(s[k] == 0 for k in LEFT_BEHIND) and not trace.invariants
 
 
 def percentile(values: list[float], p: float) -> float | None:
